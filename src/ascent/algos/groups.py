@@ -1,0 +1,67 @@
+"""Per-group statistics of sequence scores, vectorised (no Python loop over groups)."""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ascent.algos.masking import at_least_float32, keep_valid
+
+
+def sequence_scores(token_rewards: Tensor, response_mask: Tensor) -> Tensor:
+    """s_i = sum_t r[i, t] * m[i, t]; (B, T) -> (B,), at least float32."""
+    return at_least_float32(keep_valid(token_rewards, response_mask)).sum(dim=-1)
+
+
+def dense_group_index(group_ids: Tensor) -> tuple[Tensor, int]:
+    """Map arbitrary int group ids (B,) to 0..G-1; returns (index (B,), G)."""
+    unique, index = torch.unique(group_ids, return_inverse=True)
+    return index, unique.numel()
+
+
+def group_sum(values: Tensor, index: Tensor, num_groups: int) -> Tensor:
+    """Per-group sums of ``values`` (B,) -> (G,)."""
+    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(
+        0, index, values
+    )
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """Statistics of each sample's own group, broadcast back to samples; all (B,)."""
+
+    mean: Tensor
+    std: Tensor  # unbiased (n - 1); 0 for a singleton group
+    count: Tensor  # group size n, same dtype as the scores
+    uniform: Tensor  # bool: every score in the group is equal (singletons included)
+
+
+def group_stats(scores: Tensor, group_ids: Tensor) -> GroupStats:
+    """Mean, unbiased std and size of each sample's group (two-pass for stability).
+
+    ``uniform`` is decided exactly (max == min), not from the std: the rounded mean of equal
+    scores can differ from them by an ulp, and estimators use ``uniform`` to give such groups
+    exactly zero advantage.
+    """
+    index, num_groups = dense_group_index(group_ids)
+    count = group_sum(torch.ones_like(scores), index, num_groups)
+    mean = group_sum(scores, index, num_groups) / count
+    centered = scores - mean[index]
+    var = group_sum(centered**2, index, num_groups) / (count - 1).clamp(min=1)
+    uniform = group_reduce(scores, index, num_groups, "amax") == group_reduce(
+        scores, index, num_groups, "amin"
+    )
+    return GroupStats(
+        mean=mean[index], std=var.sqrt()[index], count=count[index], uniform=uniform[index]
+    )
+
+
+def group_reduce(values: Tensor, index: Tensor, num_groups: int, reduce: str) -> Tensor:
+    """Per-group ``amax`` / ``amin`` of ``values`` (B,) -> (G,)."""
+    out = torch.zeros(num_groups, dtype=values.dtype, device=values.device)
+    return out.scatter_reduce(0, index, values, reduce=reduce, include_self=False)
+
+
+def broadcast_to_tokens(per_sequence: Tensor, response_mask: Tensor) -> Tensor:
+    """(B,) -> (B, T): the sequence value on every valid token, zero elsewhere."""
+    return keep_valid(per_sequence.unsqueeze(-1).expand_as(response_mask), response_mask)

@@ -1,0 +1,51 @@
+"""The actor's total loss for one micro-batch, from the pieces in this package.
+
+    loss = agg(L_policy * w) - entropy_coef * agg(H) + kl_coef * agg(kl(lp_new, lp_ref))
+
+agg is ``aggregate`` with the mini-batch's global denominators (so micro-batch losses sum to
+the mini-batch loss); the policy term uses the loss's own aggregation when it fixes one
+(gspo, geo_mean); w are optional rollout-correction weights. The KL term is used when KL is a
+loss (``kl_coef > 0``); when KL enters the reward instead, leave ``kl_coef`` at 0.
+"""
+
+import torch
+from torch import Tensor
+
+from ascent.algos.aggregation import LossNormalizer, aggregate
+from ascent.algos.kl import kl_estimate
+from ascent.algos.types import AggregationMode, LossOutput, TokenLoss
+
+
+def actor_objective(
+    policy: TokenLoss,
+    response_mask: Tensor,
+    *,
+    mode: AggregationMode,
+    normalizer: LossNormalizer,
+    weights: Tensor | None = None,
+    entropy: Tensor | None = None,
+    entropy_coef: float = 0.0,
+    log_probs: Tensor | None = None,
+    ref_log_probs: Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+) -> LossOutput:
+    """Combine policy loss, entropy bonus and KL loss; metrics carry every term."""
+    pg_loss = aggregate(
+        policy.per_token, response_mask, policy.aggregation or mode, normalizer, weights
+    )
+    loss = pg_loss
+    metrics = {**policy.metrics, "pg_loss": pg_loss.detach()}
+    if entropy is not None:
+        entropy_term = aggregate(entropy, response_mask, mode, normalizer)
+        loss = loss - entropy_coef * entropy_term
+        metrics["entropy"] = entropy_term.detach()
+    if kl_coef != 0.0:
+        if log_probs is None or ref_log_probs is None:
+            raise ValueError("kl_coef > 0 needs log_probs and ref_log_probs (the reference's)")
+        kl = kl_estimate(log_probs, ref_log_probs, response_mask, kl_estimator)
+        kl_term = aggregate(kl, response_mask, mode, normalizer)
+        loss = loss + kl_coef * kl_term
+        metrics["kl_loss"] = kl_term.detach()
+        metrics["kl_coef"] = torch.tensor(float(kl_coef))
+    return LossOutput(loss=loss, metrics=metrics)

@@ -1,0 +1,61 @@
+"""Load a user's object named by import path: ``package.module:name`` or ``path/to/file.py:name``.
+
+This is how users extend ascent without forking it: a reward function, an advantage
+estimator or a loss is named in the config and loaded here.
+"""
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def load_object(spec: str) -> Any:
+    """Return the object that ``spec`` names.
+
+    ``spec`` is ``module.path:attribute`` (the module must be importable) or
+    ``some/file.py:attribute`` (the file is loaded as a module of its own). The attribute may
+    be dotted (``module:Class.method``). Errors say which part was not found.
+    """
+    module_part, sep, attr_path = spec.rpartition(":")
+    if not sep or not module_part or not attr_path:
+        raise ValueError(
+            f"cannot load {spec!r}: expected 'package.module:name' or 'path/to/file.py:name'"
+        )
+    module = _load_file(module_part) if module_part.endswith(".py") else _import(module_part)
+    obj: Any = module
+    for name in attr_path.split("."):
+        if not hasattr(obj, name):
+            raise AttributeError(f"cannot load {spec!r}: {module_part!r} has no attribute {name!r}")
+        obj = getattr(obj, name)
+    return obj
+
+
+def _import(module_name: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            f"cannot import module {module_name!r} ({error}); is it installed or on PYTHONPATH?"
+        ) from error
+
+
+def _load_file(path_text: str) -> Any:
+    path = Path(path_text).expanduser().resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"cannot load {path_text!r}: no such file ({path})")
+    # One module per file path, so loading the same file twice gives the same objects.
+    module_name = f"ascent_user_{abs(hash(str(path))):x}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module

@@ -1,0 +1,37 @@
+"""The README's code runs as written, and its two commands are the Makefile's."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.DOTALL)
+
+
+def test_readme_has_python_examples():
+    assert len(PYTHON_BLOCKS) >= 2
+
+
+@pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)))
+def test_readme_python_block_runs(index, tmp_path):
+    # A fresh interpreter per block, so registrations made by an example stay in it.
+    result = subprocess.run(
+        [sys.executable, "-c", PYTHON_BLOCKS[index]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_readme_commands_are_make_targets():
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("quickstart", "test"):
+        assert f"make {target}" in README
+        assert re.search(rf"^{target}:", makefile, flags=re.MULTILINE)
+    assert "make test" in (ROOT / ".ci" / "run").read_text()

@@ -312,7 +312,6 @@ def test_to_returns_a_new_batch(batch):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_to_cuda_and_back(batch):
     on_gpu = batch.to("cuda")
     assert on_gpu["scores"].is_cuda and "cuda:0" in repr(on_gpu)

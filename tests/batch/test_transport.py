@@ -149,7 +149,6 @@ def test_across_a_process_boundary_through_a_read_only_mapping(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_tensors_arrive_on_the_cpu():
     batch = big_batch()
     payload, buffers = dumps_out_of_band(batch.to("cuda"))

@@ -8,6 +8,8 @@ from ascent.algos.advantages import ADVANTAGE_ESTIMATORS, compute_advantages
 from ascent.algos.aggregation import AGGREGATION_MODES, LossNormalizer, aggregate
 from ascent.algos.kl import KL_ESTIMATORS, kl_estimate, kl_penalty_in_reward
 from ascent.algos.kl_control import AdaptiveKLController, FixedKLController
+from ascent.algos.logprobs import token_log_probs_and_entropy
+from ascent.algos.logprobs_hidden import token_log_probs_and_entropy_from_hidden
 from ascent.algos.losses import POLICY_LOSSES, compute_policy_loss
 from ascent.algos.objective import actor_objective
 from ascent.algos.rollout_correction import RolloutCorrection, rollout_correction
@@ -43,5 +45,7 @@ __all__ = [
     "kl_estimate",
     "kl_penalty_in_reward",
     "rollout_correction",
+    "token_log_probs_and_entropy",
+    "token_log_probs_and_entropy_from_hidden",
     "value_loss",
 ]

@@ -5,6 +5,8 @@ cov_t = (A_t - mean A)(lp_t - mean lp) lies in (cov_lb, cov_ub), a random subset
 max(1, floor(clip_cov_ratio * N_valid)) tokens (fewer if fewer qualify) gets zero loss; every
 other token has the clipped PPO loss max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)),
 without dual clip, as in the paper. Pass a ``torch.Generator`` for reproducible selection.
+The means and the budget are those of the micro-batch in hand (as in the paper and verl),
+so unlike the other losses the selection depends on how a mini-batch is cut.
 Metrics: pg_clipfrac (PPO clip), cov_dropped_frac (share of valid tokens zeroed), ppo_kl.
 """
 

@@ -4,6 +4,8 @@ highest covariance.
 The top max(1, floor(kl_cov_ratio * N_valid)) valid tokens by centred covariance
 cov_t = (A_t - mean A)(lp_t - mean lp) get  -A r + kl_coef * |lp_new - lp_old|;
 all other valid tokens get  -A r  (no clipping). Metrics: kl_cov_frac, ppo_kl, ppo_kl_abs.
+The means and the top-k are those of the micro-batch in hand (as in the paper and verl), so
+unlike the other losses the selection depends on how a mini-batch is cut.
 """
 
 import torch

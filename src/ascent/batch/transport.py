@@ -15,6 +15,7 @@ memory) or a misaligned one is copied once, so the tensors are always writable a
 
 import math
 import pickle
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -60,10 +61,13 @@ def _tensor_from_buffer(
         )
     if nbytes == 0:  # torch.frombuffer rejects empty buffers
         return torch.empty(shape, dtype=dtype)
-    if view.readonly:
-        view = memoryview(bytearray(view))
-    raw = torch.frombuffer(view, dtype=torch.uint8)
-    if raw.data_ptr() % dtype.itemsize:
-        # Kernels assume naturally aligned elements; a fresh allocation is aligned.
+    with warnings.catch_warnings():
+        # torch warns that a read-only buffer gives a tensor it cannot protect; such a
+        # tensor is cloned below before anyone can write to it.
+        warnings.filterwarnings("ignore", message="The given buffer is not writable")
+        raw = torch.frombuffer(view, dtype=torch.uint8)
+    # Kernels assume naturally aligned elements; a fresh allocation is aligned. A clone is
+    # also the cheapest copy of a read-only buffer (faster than bytearray on this machine).
+    if view.readonly or raw.data_ptr() % dtype.itemsize:
         raw = raw.clone()
     return raw.view(dtype).reshape(shape)

@@ -1,0 +1,212 @@
+"""The Ray backend: one Ray actor process per rank, placed by a placement group.
+
+Start-up: reserve the pool (one bundle per node, on distinct nodes), start one host actor per
+rank in its node's bundle, let rank 0 pick the rendezvous address, initialise
+torch.distributed on all ranks at once, then create the role workers. Calls are actor method
+calls; waiting is fail-fast: the first rank that raises or dies ends the wait with an error
+naming it, without waiting for the others (which may be blocked in a collective with it).
+"""
+
+import functools
+from typing import Any
+
+from ascent.controller.errors import WorkerDied, WorkerError, WorkerTimeout
+from ascent.controller.host import HostInfo, Placement, WorkerHost
+from ascent.controller.resources import ResourcePool
+from ascent.controller.worker import Role
+
+STACK_TIMEOUT_S = 10.0
+
+
+def ensure_ray(address: str | None = None) -> None:
+    """Connect to the cluster at ``address`` (or $RAY_ADDRESS), else start a local Ray;
+    nothing if this process is already connected."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    ray.init(address=address, include_dashboard=False, log_to_driver=True)
+
+
+@functools.cache
+def _host_actor_class() -> Any:
+    import ray
+
+    class RayWorkerHost(WorkerHost):
+        # Its own thread: answers while the worker method runs (stack of a stuck call).
+        @ray.method(concurrency_group="control")
+        def stack(self) -> str:
+            return super().stack()
+
+    return ray.remote(concurrency_groups={"control": 1}, max_restarts=0)(RayWorkerHost)
+
+
+class RayHosts:
+    """The host actors of one resource pool, shared by the roles colocated on it."""
+
+    kind = "ray"
+
+    def __init__(
+        self,
+        roles: dict[str, Role],
+        pool: ResourcePool,
+        *,
+        address: str | None = None,
+        start_timeout_s: float = 180.0,
+    ) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+
+        ensure_ray(address)
+        self.world_size = pool.world_size
+        self.infos: list[HostInfo | None] = [None] * pool.world_size
+        self.handles: list[Any] = []
+        gpus = pool.devices_per_node if pool.device == "cuda" else 0
+        bundle = {"CPU": pool.cpus_per_worker * pool.devices_per_node} | (
+            {"GPU": gpus} if gpus else {}
+        )
+        strategy = "STRICT_SPREAD" if pool.nodes > 1 else "STRICT_PACK"
+        self.placement_group = placement_group([bundle] * pool.nodes, strategy=strategy)
+        ready, _ = ray.wait([self.placement_group.ready()], timeout=start_timeout_s)
+        if not ready:
+            ray.util.remove_placement_group(self.placement_group)
+            raise RuntimeError(
+                f"could not reserve {pool.nodes} node(s) x {bundle} within {start_timeout_s:g} s "
+                f"({strategy}); the cluster has {ray.cluster_resources()} on "
+                f"{len(ray.nodes())} node(s). Lower the pool or add nodes."
+            )
+        try:
+            self._start(roles, pool, gpus, start_timeout_s)
+        except BaseException:
+            self.shutdown()  # no half-started group keeps its reserved devices
+            raise
+
+    def _start(
+        self, roles: dict[str, Role], pool: ResourcePool, gpus: int, timeout_s: float
+    ) -> None:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        actor_class = _host_actor_class()
+        self.handles = [
+            actor_class.options(
+                num_cpus=pool.cpus_per_worker,
+                num_gpus=1 if gpus else 0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.placement_group, placement_group_bundle_index=pool.node_of(rank)
+                ),
+            ).remote(
+                Placement(
+                    rank=rank,
+                    world_size=pool.world_size,
+                    local_rank=pool.local_rank_of(rank),
+                    local_world_size=pool.devices_per_node,
+                    device=pool.device,
+                    cpus=pool.cpus_per_worker,
+                )
+            )
+            for rank in range(pool.world_size)
+        ]
+        setup = "+".join(roles)
+        address_ref = {0: self.handles[0].rendezvous_address.remote()}
+        master = self.wait(address_ref, setup, "start", timeout_s)[0]
+        self.wait(
+            {r: h.setup_distributed.remote(*master, timeout_s) for r, h in self._ranks()},
+            setup,
+            "setup_distributed",
+            timeout_s,
+        )
+        self.infos = list(
+            self.wait(
+                {r: h.info.remote() for r, h in self._ranks()}, setup, "info", timeout_s
+            ).values()
+        )
+        self.wait(
+            {r: h.create_workers.remote(roles) for r, h in self._ranks()},
+            setup,
+            "__init__",
+            timeout_s,
+        )
+
+    def _ranks(self) -> list[tuple[int, Any]]:
+        return list(enumerate(self.handles))
+
+    def put(self, value: Any) -> Any:
+        import ray
+
+        return ray.put(value)
+
+    def submit(
+        self, rank: int, role: str, method: str, returns: bool, args: tuple, kwargs: dict
+    ) -> Any:
+        return self.handles[rank].execute.remote(role, method, returns, *args, **kwargs)
+
+    def argument(self, handle: Any) -> Any:
+        """A result handle passed on as another call's argument: the reference itself."""
+        return handle
+
+    def wait(
+        self, handles: dict[int, Any], role: str, method: str, timeout_s: float | None
+    ) -> dict[int, Any]:
+        """Results by rank. Fail-fast: ``ray.get`` of the list raises as soon as any rank has
+        failed (raised or died), even while others are blocked, for example in a collective
+        with the dead one; the failing rank is then found and named. A call past
+        ``timeout_s`` raises WorkerTimeout with the stuck ranks' stacks."""
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        ranks, refs = list(handles), list(handles.values())
+        try:
+            return dict(zip(ranks, ray.get(refs, timeout=timeout_s), strict=True))
+        except GetTimeoutError:
+            _, running = ray.wait(refs, num_returns=len(refs), timeout=0)
+            stuck = [rank for rank, ref in handles.items() if ref in running]
+            raise WorkerTimeout(role, method, timeout_s or 0.0, self.stacks(stuck)) from None
+        except Exception:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for rank, ref in handles.items():
+                if ref in ready:
+                    self._get(ref, rank, role, method)  # raises for the rank that failed
+            raise
+
+    def _get(self, ref: Any, rank: int, role: str, method: str) -> Any:
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        try:
+            return ray.get(ref)
+        except RayTaskError as error:
+            if isinstance(error.cause, WorkerError):
+                raise error.cause from None
+            raise WorkerError(
+                role, method, rank, self._where(rank)[0], self._where(rank)[1], str(error), ""
+            ) from None
+        except RayActorError as error:
+            host, pid = self._where(rank)
+            raise WorkerDied(role, method, rank, host, pid, str(error)) from None
+
+    def _where(self, rank: int) -> tuple[str, int]:
+        info = self.infos[rank]
+        return (info.host, info.pid) if info is not None else ("unknown host", -1)
+
+    def stacks(self, ranks: list[int]) -> dict[int, str]:
+        """The current Python stack of each rank's running worker method."""
+        import ray
+
+        refs = {rank: self.handles[rank].stack.remote() for rank in ranks}
+        stacks = {}
+        for rank, ref in refs.items():
+            try:
+                stacks[rank] = ray.get(ref, timeout=STACK_TIMEOUT_S)
+            except Exception as error:  # a dead or wedged process cannot report
+                stacks[rank] = f"(no stack: {type(error).__name__}: {error})"
+        return stacks
+
+    def shutdown(self) -> None:
+        import ray
+
+        for handle in self.handles:
+            ray.kill(handle)
+        self.handles = []
+        if self.placement_group is not None:
+            ray.util.remove_placement_group(self.placement_group)
+            self.placement_group = None

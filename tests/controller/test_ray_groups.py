@@ -73,6 +73,8 @@ def test_reshard_and_replicas(local_ray):
         assert out["x"].tolist() == [4.0 * i for i in range(6)]
         assert out["seen_by"] == [0] * 6  # the replica's first rank returned
         assert replica.shard_size(batch) == [6]  # one replica, one result, the whole batch
+        assert replica.remember(batch) == [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]]  # returned once
+        assert replica.recall() == [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]] * 2  # both peers got it
 
 
 def test_a_killed_worker_is_reported_at_once(local_ray):

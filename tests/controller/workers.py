@@ -42,6 +42,15 @@ class EchoWorker(Worker):
     def shard_size(self, batch: Batch) -> int:
         return len(batch)
 
+    @register(Dispatch.DP)
+    def remember(self, batch: Batch) -> list:
+        self.remembered = batch["x"].tolist()
+        return self.remembered
+
+    @register(Dispatch.ALL)
+    def recall(self) -> list:
+        return self.remembered
+
     @register(Dispatch.ALL)
     def total(self, batch: Batch) -> float:
         return float(batch["x"].sum())

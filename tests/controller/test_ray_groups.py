@@ -77,31 +77,29 @@ def test_reshard_and_replicas(local_ray):
         assert replica.recall() == [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]] * 2  # both peers got it
 
 
+def kill_rank_while_running(group, future, rank: int) -> WorkerDied:
+    """SIGKILL ``rank`` while ``future`` runs; the error must come within seconds."""
+    victim = group.infos[rank].pid
+    time.sleep(1.0)
+    os.kill(victim, signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(WorkerDied) as caught:
+        future.result()
+    assert time.monotonic() - start < 10
+    assert (caught.value.rank, caught.value.pid) == (rank, victim)
+    return caught.value
+
+
 def test_a_killed_worker_is_reported_at_once(local_ray):
     with spawn_group(EchoWorker, TWO, role="actor", backend="ray") as group:
-        victim = group.infos[1].pid
-        future = group.sleep_on.submit(1, 60.0)
-        time.sleep(0.5)
-        os.kill(victim, signal.SIGKILL)
-        start = time.monotonic()
-        with pytest.raises(WorkerDied) as caught:
-            future.result()
-        assert time.monotonic() - start < 10
-        assert (caught.value.role, caught.value.rank, caught.value.pid) == ("actor", 1, victim)
-        assert "rank 1" in str(caught.value)
+        died = kill_rank_while_running(group, group.sleep_on.submit(1, 60.0), rank=1)
+        assert died.role == "actor" and "rank 1" in str(died)
 
 
 def test_a_death_is_reported_while_another_rank_waits_for_it_in_a_collective(local_ray):
     with spawn_group(CollectiveWorker, TWO, role="actor", backend="ray") as group:
-        victim = group.infos[1].pid
         future = group.reduce_after.submit([0.0, 60.0])  # rank 0 blocks in the all-reduce
-        time.sleep(1.0)
-        os.kill(victim, signal.SIGKILL)
-        start = time.monotonic()
-        with pytest.raises(WorkerDied) as caught:
-            future.result()
-        assert time.monotonic() - start < 10
-        assert caught.value.rank == 1
+        kill_rank_while_running(group, future, rank=1)
 
 
 def test_a_stuck_call_times_out_with_the_stuck_ranks_stacks(local_ray):

@@ -35,3 +35,11 @@ def test_readme_commands_are_make_targets():
         assert f"make {target}" in README
         assert re.search(rf"^{target}:", makefile, flags=re.MULTILINE)
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_config_reference_is_generated_from_the_classes():
+    from ascent.configdoc import DOCUMENTED, render
+
+    assert render(README) == README, "run: python -m ascent.configdoc --update README.md"
+    for model in DOCUMENTED:
+        assert f"<!-- config:{model.__name__} -->" in README

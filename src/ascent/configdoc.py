@@ -1,0 +1,86 @@
+"""The README's configuration reference, generated from the config classes themselves.
+
+Each documented class has a block in README.md between ``<!-- config:Name -->`` and
+``<!-- /config -->``; ``python -m ascent.configdoc --update README.md`` rewrites the blocks and
+the test suite fails when they are out of date, so the reference cannot drift from the code.
+"""
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from ascent.engine.config import FSDPConfig, LoraSettings, ModelConfig, OptimConfig
+from ascent.workers.config import (
+    ActorConfig,
+    CriticConfig,
+    PolicyLossSettings,
+    ReferenceConfig,
+    RolloutCorrectionSettings,
+)
+
+DOCUMENTED: list[type[BaseModel]] = [
+    ActorConfig,
+    CriticConfig,
+    ReferenceConfig,
+    ModelConfig,
+    LoraSettings,
+    OptimConfig,
+    FSDPConfig,
+    PolicyLossSettings,
+    RolloutCorrectionSettings,
+]
+BLOCK = re.compile(r"<!-- config:(\w+) -->\n.*?<!-- /config -->", flags=re.DOTALL)
+
+
+def _default(field: object) -> str:
+    if getattr(field, "is_required", lambda: False)():
+        return "required"
+    default = field.default
+    if default is PydanticUndefined:
+        default = field.default_factory()  # type: ignore[misc]
+    if isinstance(default, BaseModel):
+        return f"see {type(default).__name__}"
+    return f"`{default!r}`"
+
+
+def table(model: type[BaseModel]) -> str:
+    """A markdown table of the model's fields: name, default, description."""
+    lines = ["| field | default | meaning |", "| --- | --- | --- |"]
+    for name, field in model.model_fields.items():
+        description = field.description or (
+            f"see {field.annotation.__name__}" if isinstance(field.annotation, type) else ""
+        )
+        lines.append(f"| `{name}` | {_default(field)} | {description} |")
+    return "\n".join(lines)
+
+
+def render(text: str) -> str:
+    """``text`` with every config block regenerated."""
+    classes = {model.__name__: model for model in DOCUMENTED}
+
+    def replace(match: re.Match) -> str:
+        name = match.group(1)
+        return f"<!-- config:{name} -->\n{table(classes[name])}\n<!-- /config -->"
+
+    return BLOCK.sub(replace, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--update", metavar="README", help="rewrite the blocks in this file")
+    args = parser.parse_args(argv)
+    if args.update:
+        path = Path(args.update)
+        path.write_text(render(path.read_text()))
+        return 0
+    for model in DOCUMENTED:
+        sys.stdout.write(f"### {model.__name__}\n\n{table(model)}\n\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

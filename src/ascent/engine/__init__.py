@@ -1,0 +1,29 @@
+"""The training engine: transformers models under FSDP2, packing, token-budget micro-batches."""
+
+from ascent.engine.config import FSDPConfig, LoraSettings, ModelConfig, OptimConfig
+from ascent.engine.fsdp import StepResult, TrainEngine
+from ascent.engine.modules import PolicyModule, ValueModule
+from ascent.engine.packing import PackedSequences, pack_for_responses
+from ascent.engine.token_budget import (
+    balance_rows,
+    data_parallel_order,
+    plan_micro_batches,
+    synchronized_micro_batches,
+)
+
+__all__ = [
+    "FSDPConfig",
+    "LoraSettings",
+    "ModelConfig",
+    "OptimConfig",
+    "PackedSequences",
+    "PolicyModule",
+    "StepResult",
+    "TrainEngine",
+    "ValueModule",
+    "balance_rows",
+    "data_parallel_order",
+    "pack_for_responses",
+    "plan_micro_batches",
+    "synchronized_micro_batches",
+]

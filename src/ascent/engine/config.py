@@ -1,0 +1,72 @@
+"""Settings of the training engine: model, LoRA, optimiser, FSDP2. Typed and documented
+field by field; unknown fields are errors."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Strict(BaseModel):
+    """Base of every ascent config: unknown keys are errors, values are validated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LoraSettings(Strict):
+    """LoRA adapters through peft; only adapter weights train."""
+
+    rank: int = Field(16, gt=0, description="Rank r of the low-rank update B @ A.")
+    alpha: float = Field(32.0, gt=0, description="Scale numerator: the update is (alpha / r) B A.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapter input.")
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear", description="Linear layers that get adapters (names or 'all-linear')."
+    )
+
+
+class ModelConfig(Strict):
+    """Which checkpoint to load and how."""
+
+    path: str = Field(description="Local directory with config.json, weights and tokenizer.")
+    trust_remote_code: bool = Field(False, description="Run modelling code from the checkpoint.")
+    attn_implementation: str = Field("sdpa", description="transformers attention backend.")
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute layer activations in the backward pass to save memory."
+    )
+    lora: LoraSettings | None = Field(
+        None, description="Train LoRA adapters instead of all weights."
+    )
+
+
+class OptimConfig(Strict):
+    """AdamW with linear warmup, then a constant or cosine learning rate."""
+
+    lr: float = Field(1e-6, gt=0, description="Peak learning rate.")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW decoupled weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
+    warmup_steps: int = Field(0, ge=0, description="Optimiser steps of linear warmup from 0.")
+    schedule: Literal["constant", "cosine"] = Field("constant", description="After warmup.")
+    total_steps: int | None = Field(
+        None, gt=0, description="Optimiser steps in the run; needed by the cosine schedule."
+    )
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="Cosine floor, as a share of lr.")
+    grad_clip: float | None = Field(
+        1.0, gt=0, description="Clip the global gradient norm to this (None: report only)."
+    )
+
+
+class FSDPConfig(Strict):
+    """How the model is sharded over the data-parallel ranks (FSDP2, one unit per layer)."""
+
+    param_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None, description="Compute dtype; None: bfloat16 on CUDA, float32 on CPU."
+    )
+    reduce_dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Dtype of the gradient reduce-scatter."
+    )
+    cpu_offload: bool = Field(
+        False, description="Keep parameters, gradients and optimiser state on the CPU (CUDA only)."
+    )
+    reshard_after_forward: bool = Field(
+        True, description="Free gathered layer weights after forward (re-gathered in backward)."
+    )

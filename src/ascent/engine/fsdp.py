@@ -1,0 +1,127 @@
+"""TrainEngine: one model sharded with FSDP2 over the data-parallel ranks, with its optimiser.
+
+Sharding: every decoder layer is its own FSDP unit, and the root module (a ``PolicyModule``
+or ``ValueModule`` holding embeddings, final norm and head) is the last; parameters are kept
+in float32 and, on CUDA, computed in bfloat16 with float32 gradient reduction. Gradients are
+*averaged* over ranks by FSDP, which is why the loss aggregation scales each rank's share by
+the number of ranks (``ascent.algos.aggregation``).
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+from ascent.engine.config import FSDPConfig, OptimConfig
+from ascent.engine.modules import decoder_layers, unwrap
+from ascent.engine.schedule import lr_multiplier
+from ascent.engine.weights import iter_full_weights
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class StepResult:
+    grad_norm: float  # global L2 norm of the gradient before clipping
+    lr: float  # learning rate used for this step
+    skipped: bool  # True when the gradient was not finite and no update was made
+
+
+class TrainEngine:
+    """Shards ``module`` (a root wrapper around a transformers model) and trains it."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        *,
+        device: torch.device,
+        fsdp: FSDPConfig,
+        optim: OptimConfig | None,
+        gradient_checkpointing: bool = False,
+    ) -> None:
+        if fsdp.cpu_offload and device.type != "cuda":
+            raise ValueError(
+                "fsdp.cpu_offload needs device cuda (on the CPU there is nowhere to offload to)"
+            )
+        self.device = device
+        model = unwrap(module.model)
+        if gradient_checkpointing:
+            # Non-reentrant checkpointing works with frozen inputs (LoRA) and with FSDP2.
+            enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5
+            if enable is not None:
+                enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False}
+                )
+        module.to(device)
+        world = dist.get_world_size()
+        mesh = init_device_mesh(device.type, (world,))
+        options: dict = {"mesh": mesh, "reshard_after_forward": fsdp.reshard_after_forward}
+        param_dtype = DTYPES[fsdp.param_dtype] if fsdp.param_dtype else None
+        if param_dtype is None and device.type == "cuda":
+            param_dtype = torch.bfloat16
+        if param_dtype not in (None, torch.float32):
+            options["mp_policy"] = MixedPrecisionPolicy(
+                param_dtype=param_dtype, reduce_dtype=DTYPES[fsdp.reduce_dtype]
+            )
+        if fsdp.cpu_offload:
+            options["offload_policy"] = CPUOffloadPolicy()
+        for layer in decoder_layers(module.model):
+            fully_shard(layer, **options)
+        fully_shard(module, **options)
+        self.module = module
+        self.optim_config = optim
+        self.steps = 0
+        self.trainable = [p for p in module.parameters() if p.requires_grad]
+        self.optimizer = None
+        if optim is not None:
+            self.optimizer = torch.optim.AdamW(
+                self.trainable,
+                lr=optim.lr,
+                betas=optim.betas,
+                eps=optim.eps,
+                weight_decay=optim.weight_decay,
+            )
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self.optimizer, lambda step: lr_multiplier(step, optim)
+            )
+
+    def train(self, mode: bool = True) -> None:
+        self.module.train(mode)
+
+    def zero_grad(self) -> None:
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self) -> StepResult:
+        """Clip, then step the optimiser and the schedule, unless the gradient is not finite
+        (then the update is skipped, so one bad batch cannot destroy the weights)."""
+        if self.optimizer is None:
+            raise RuntimeError("this engine has no optimiser (built with optim=None)")
+        max_norm = self.optim_config.grad_clip or float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.trainable, max_norm)
+        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        lr = self.optimizer.param_groups[0]["lr"]
+        skipped = not torch.isfinite(torch.tensor(grad_norm))
+        if not skipped:
+            self.optimizer.step()
+            self.scheduler.step()
+            self.steps += 1
+        self.zero_grad()
+        return StepResult(grad_norm=grad_norm, lr=lr, skipped=skipped)
+
+    def full_weights(self) -> Iterator[tuple[str, Tensor]]:
+        """Every parameter unsharded, one at a time (all ranks must iterate together)."""
+        return iter_full_weights(self.module.model)
+
+    def all_reduce_sum(self, values: list[float]) -> list[float]:
+        """Sum ``values`` over the ranks (used for the global loss denominators)."""
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        if dist.get_world_size() > 1:
+            dist.all_reduce(tensor)
+        return tensor.tolist()

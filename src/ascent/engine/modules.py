@@ -1,0 +1,99 @@
+"""Root modules that FSDP2 wraps: a transformers model plus the head computation.
+
+Why a wrapper: with FSDP2 the output projection's weight is only gathered while its owning
+module runs forward. Computing log-probs from the final hidden states in chunks (never the
+whole micro-batch's logits) therefore has to happen *inside* a module's forward that owns that
+weight; making this wrapper the root FSDP unit does exactly that, for tied and untied heads.
+"""
+
+import torch
+from torch import Tensor, nn
+
+from ascent.algos.logprobs_hidden import token_log_probs_and_entropy_from_hidden
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The transformers model inside a peft wrapper (or the model itself)."""
+    get_base_model = getattr(model, "get_base_model", None)
+    return get_base_model() if callable(get_base_model) else model
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The repeated transformer blocks (one FSDP unit each), found by the model's own
+    ``_no_split_modules`` so any transformers architecture works."""
+    names = set(getattr(unwrap(model), "_no_split_modules", None) or [])
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ValueError(f"cannot find the decoder layers of {type(unwrap(model)).__name__}")
+    return layers
+
+
+class PolicyModule(nn.Module):
+    """Per-token log-probs and entropy of target tokens, from a causal LM.
+
+    forward(input_ids (1, N) or (B, L), position_ids like it, query_index (M,) into the
+    flattened positions, targets (M,)) -> log_probs (M,), entropy (M,), float32, with
+    logits / temperature exactly as the rollout samples them.
+    """
+
+    def __init__(self, model: nn.Module, chunk_tokens: int = 1024) -> None:
+        super().__init__()
+        self.model = model
+        self.chunk_tokens = chunk_tokens
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        position_ids: Tensor,
+        query_index: Tensor,
+        targets: Tensor,
+        temperature: float = 1.0,
+        attention_mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        lm = unwrap(self.model)
+        hidden = lm.base_model(
+            input_ids=input_ids,
+            position_ids=position_ids,
+            attention_mask=attention_mask,
+            use_cache=False,
+        ).last_hidden_state
+        hidden = hidden.flatten(0, 1).index_select(0, query_index)
+        head = lm.get_output_embeddings()
+        log_probs, entropy = token_log_probs_and_entropy_from_hidden(
+            hidden,
+            head.weight,
+            targets,
+            bias=head.bias,
+            temperature=temperature,
+            chunk_tokens=self.chunk_tokens,
+        )
+        # Fresh tensors, not views: FSDP2 warns that in-place ops on a view output would
+        # bypass its backward hooks.
+        return log_probs.clone(), entropy.clone()
+
+
+class ValueModule(nn.Module):
+    """Per-position values of a token-classification model with one output (the critic).
+
+    forward(input_ids, position_ids, query_index) -> values (M,) float32.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        position_ids: Tensor,
+        query_index: Tensor,
+        attention_mask: Tensor | None = None,
+    ) -> Tensor:
+        scores = self.model(
+            input_ids=input_ids,
+            position_ids=position_ids,
+            attention_mask=attention_mask,
+            use_cache=False,
+        ).logits  # (..., 1)
+        values = scores.flatten(0, -2).index_select(0, query_index).squeeze(-1)
+        return values.to(torch.float32).clone()  # not a view: see PolicyModule.forward

@@ -1,0 +1,71 @@
+"""Pack the rows of a micro-batch into one padding-free sequence, and map per-token results
+back onto the response columns.
+
+Layout of a training batch (as verl's): ``input_ids`` and ``attention_mask`` (B, L) hold the
+prompt then the response, with padding anywhere (typically a left-padded prompt and a
+right-padded response); the response occupies the last R columns (R = ``responses.shape[1]``).
+
+Packed, the valid tokens of all rows are laid end to end as one (1, N) sequence whose
+``position_ids`` restart at 0 for every row; with no attention mask, transformers' attention
+then stays within each row (no cross-row attention), and no compute is spent on padding.
+
+The log-prob (or value) of response token j of row i comes from the hidden state of the token
+just before it in the same row. The *queries* are those packed positions: M positions, each
+with its target token and the (row, column) of the response cell it fills.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class PackedSequences:
+    input_ids: Tensor  # (1, N) the valid tokens of every row, end to end
+    position_ids: Tensor  # (1, N) restarting at 0 for every row
+    query_index: Tensor  # (M,) packed positions whose next token is a response token
+    targets: Tensor  # (M,) that next token
+    rows: Tensor  # (M,) row of each query
+    columns: Tensor  # (M,) response column (0..R-1) each query fills
+    shape: tuple[int, int]  # (B, R)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.input_ids.shape[1]
+
+    def unpack(self, values: Tensor, fill: float = 0.0) -> Tensor:
+        """(M,) per-query values -> (B, R), ``fill`` where no query lands (differentiable)."""
+        out = torch.full(self.shape, fill, dtype=values.dtype, device=values.device)
+        return out.index_put((self.rows, self.columns), values)
+
+
+def pack_for_responses(
+    input_ids: Tensor, attention_mask: Tensor, response_length: int
+) -> PackedSequences:
+    """Pack (B, L) rows and find the queries for their last ``response_length`` columns.
+
+    A response token with no valid token before it in its row (an empty prompt) has no query;
+    its cell keeps the fill value.
+    """
+    batch, length = input_ids.shape
+    if not 0 < response_length <= length:
+        raise ValueError(f"response length {response_length} must be in (0, {length}]")
+    valid = attention_mask.bool()
+    rows, cols = valid.nonzero(as_tuple=True)  # row-major: each row's tokens in order
+    packed_ids = input_ids[rows, cols]
+    positions = (valid.long().cumsum(-1) - 1)[rows, cols]
+
+    same_row_next = rows[1:] == rows[:-1]
+    first_response_col = length - response_length
+    is_query = same_row_next & (cols[1:] >= first_response_col)
+    query_index = is_query.nonzero(as_tuple=True)[0]
+    return PackedSequences(
+        input_ids=packed_ids.unsqueeze(0),
+        position_ids=positions.unsqueeze(0),
+        query_index=query_index,
+        targets=packed_ids[query_index + 1],
+        rows=rows[query_index + 1],
+        columns=cols[query_index + 1] - first_response_col,
+        shape=(batch, response_length),
+    )

@@ -1,0 +1,88 @@
+"""Load causal LMs, value models and tokenizers from a local directory, the way real
+checkpoints are loaded: ``from_pretrained`` on config + safetensors + tokenizer files.
+
+Nothing is fetched from a hub: a path that is not a local directory is an error naming it.
+``trust_remote_code`` stays off unless the caller asks for it (it runs code from the
+checkpoint directory).
+"""
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+def _local_dir(path: str | Path) -> Path:
+    directory = Path(path).expanduser()
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(
+            f"no model at {str(path)!r}: expected a local directory with config.json and "
+            "weights (ascent never downloads models; save one with save_pretrained first)"
+        )
+    return directory
+
+
+def load_causal_lm(
+    path: str | Path,
+    *,
+    dtype: torch.dtype = torch.float32,
+    trust_remote_code: bool = False,
+    attn_implementation: str = "sdpa",
+) -> nn.Module:
+    """An ``AutoModelForCausalLM`` from ``path``, on the CPU, in ``dtype``."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(
+        _local_dir(path),
+        dtype=dtype,
+        trust_remote_code=trust_remote_code,
+        attn_implementation=attn_implementation,
+        local_files_only=True,
+    )
+
+
+def causal_lm_from_config(config: object, *, seed: int = 0) -> nn.Module:
+    """A randomly initialised causal LM from a transformers config (seeded)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config)
+
+
+def load_value_model(
+    path: str | Path,
+    *,
+    dtype: torch.dtype = torch.float32,
+    trust_remote_code: bool = False,
+    attn_implementation: str = "sdpa",
+) -> nn.Module:
+    """A critic: the checkpoint's transformer with a one-output token head (``score``).
+
+    Loaded as ``AutoModelForTokenClassification`` with one label, so a causal-LM checkpoint
+    gives its backbone and a freshly initialised value head; dropout on the head is off.
+    """
+    from transformers import AutoConfig, AutoModelForTokenClassification
+
+    directory = _local_dir(path)
+    config = AutoConfig.from_pretrained(
+        directory, trust_remote_code=trust_remote_code, local_files_only=True
+    )
+    config.num_labels = 1
+    config.classifier_dropout = 0.0
+    return AutoModelForTokenClassification.from_pretrained(
+        directory,
+        config=config,
+        dtype=dtype,
+        trust_remote_code=trust_remote_code,
+        attn_implementation=attn_implementation,
+        local_files_only=True,
+    )
+
+
+def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False) -> object:
+    """The tokenizer saved next to the model."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(
+        _local_dir(path), trust_remote_code=trust_remote_code, local_files_only=True
+    )

@@ -1,0 +1,166 @@
+"""The actor: the policy being trained, and (with LoRA) its own reference."""
+
+import torch
+
+from ascent.algos import (
+    LossNormalizer,
+    PolicyLossInputs,
+    actor_objective,
+    compute_policy_loss,
+    rollout_correction,
+)
+from ascent.batch import Batch
+from ascent.controller import Dispatch, Worker, register
+from ascent.engine import PolicyModule, TrainEngine, synchronized_micro_batches
+from ascent.models.loading import load_causal_lm
+from ascent.models.lora import apply_lora
+from ascent.workers.common import (
+    gather_full_weights,
+    micro_batched,
+    policy_forward,
+    require,
+    response_length,
+    token_counts,
+)
+from ascent.workers.config import ActorConfig
+from ascent.workers.metrics import MetricAccumulator
+
+TOKENS = ("input_ids", "attention_mask", "responses")
+
+
+class ActorWorker(Worker):
+    """``log_probs`` (old log-probs), ``ref_log_probs`` (LoRA only), ``update``."""
+
+    def __init__(self, config: ActorConfig | dict) -> None:
+        self.config = ActorConfig.model_validate(config)
+        model_cfg = self.config.model
+        model = load_causal_lm(
+            model_cfg.path,
+            trust_remote_code=model_cfg.trust_remote_code,
+            attn_implementation=model_cfg.attn_implementation,
+        )
+        if model_cfg.lora is not None:
+            model = apply_lora(model, model_cfg.lora)
+        self.engine = TrainEngine(
+            PolicyModule(model, chunk_tokens=self.config.chunk_tokens),
+            device=self.device,
+            fsdp=self.config.fsdp,
+            optim=self.config.optim,
+            gradient_checkpointing=model_cfg.gradient_checkpointing,
+        )
+
+    @register(Dispatch.DP)
+    def log_probs(self, batch: Batch) -> Batch:
+        """``old_log_probs`` and ``entropy`` (B, R) of the responses under the current policy."""
+        return self._log_probs(batch, "old_log_probs")
+
+    @register(Dispatch.DP)
+    def ref_log_probs(self, batch: Batch) -> Batch:
+        """``ref_log_probs`` (B, R) with the LoRA adapters disabled: the base model is the
+        reference, and no second copy of it is held."""
+        if self.config.model.lora is None:
+            raise ValueError(
+                "ref_log_probs on the actor needs LoRA; use a ReferenceWorker otherwise"
+            )
+        with self.engine.module.model.disable_adapter():
+            return self._log_probs(batch, "ref_log_probs", with_entropy=False)
+
+    def _log_probs(self, batch: Batch, name: str, with_entropy: bool = True) -> Batch:
+        require(batch, "actor", *TOKENS)
+        self.engine.train(False)
+        log_probs, entropy = micro_batched(
+            lambda micro: policy_forward(
+                self.engine.module, micro, self.device, self.config.temperature
+            ),
+            batch,
+            self.config.tokens_per_micro_batch,
+            self.device,
+        )
+        fields = {name: log_probs, "entropy": entropy} if with_entropy else {name: log_probs}
+        return Batch.from_dict(fields)
+
+    @register(Dispatch.DP)
+    def update(self, batch: Batch) -> dict[str, float]:
+        """Epochs x mini-batches (one optimiser step each) x token-budget micro-batches of the
+        configured policy loss, entropy bonus, KL loss and rollout correction.
+
+        Needs ``response_mask`` and ``advantages`` (B, R); ``old_log_probs`` (else the batch
+        is taken as on-policy: lp_old = lp_new detached), ``ref_log_probs`` when
+        ``kl_coef > 0``, ``rollout_log_probs`` for rollout correction. Returns the same
+        rank-averaged metrics on every rank (``actor/pg_loss``, ``actor/grad_norm``, ...).
+        """
+        cfg = self.config
+        require(batch, "actor.update", *TOKENS, "response_mask", "advantages")
+        if cfg.kl_coef > 0:
+            require(batch, "actor.update with kl_coef > 0", "ref_log_probs")
+        if len(batch) % cfg.mini_batches:
+            raise ValueError(
+                f"actor.update: {len(batch)} rows on this rank do not split into "
+                f"mini_batches={cfg.mini_batches}; make the batch a multiple"
+            )
+        self.engine.train(True)
+        metrics = MetricAccumulator("actor")
+        norm_length = cfg.max_response_length or response_length(batch)
+        for _ in range(cfg.epochs):
+            for mini in batch.split(cfg.mini_batches):
+                mask = mini["response_mask"].bool()
+                tokens, sequences = self.engine.all_reduce_sum(
+                    [float(mask.sum()), float(mask.any(dim=-1).sum())]
+                )
+                normalizer = LossNormalizer(
+                    tokens, sequences, norm_length, dp_size=self.ctx.world_size
+                )
+                plan = synchronized_micro_batches(
+                    token_counts(mini), cfg.tokens_per_micro_batch, self.device
+                )
+                for rows in plan:
+                    loss, micro_metrics = self._micro_loss(mini.index(rows), normalizer)
+                    loss.backward()
+                    metrics.add_micro(micro_metrics)
+                step = self.engine.step()
+                metrics.end_mini_batch(
+                    grad_norm=step.grad_norm, lr=step.lr, skipped_steps=float(step.skipped)
+                )
+        return metrics.result(self.device)
+
+    def _micro_loss(self, micro: Batch, normalizer: LossNormalizer) -> tuple[torch.Tensor, dict]:
+        cfg, device = self.config, self.device
+        log_probs, entropy = policy_forward(self.engine.module, micro, device, cfg.temperature)
+        mask = micro["response_mask"].to(device)
+        old = micro["old_log_probs"].to(device) if "old_log_probs" in micro else log_probs.detach()
+        inputs = PolicyLossInputs(log_probs, old, micro["advantages"].to(device), mask)
+        policy = compute_policy_loss(cfg.loss.name, inputs, **cfg.loss.params)
+        metrics: dict = {}
+        weights = None
+        if "rollout_log_probs" in micro:
+            correction = rollout_correction(
+                old,
+                micro["rollout_log_probs"].to(device),
+                mask,
+                level=cfg.rollout_correction.level,
+                mode=cfg.rollout_correction.mode,
+                lower=cfg.rollout_correction.lower,
+                upper=cfg.rollout_correction.upper,
+            )
+            weights = correction.weights if cfg.rollout_correction.mode != "none" else None
+            metrics |= {f"rollout_{k}": v for k, v in correction.metrics.items()}
+        reference = micro["ref_log_probs"].to(device) if "ref_log_probs" in micro else None
+        objective = actor_objective(
+            policy,
+            mask,
+            mode=cfg.aggregation,
+            normalizer=normalizer,
+            weights=weights,
+            entropy=entropy,
+            entropy_coef=cfg.entropy_coef,
+            log_probs=log_probs,
+            ref_log_probs=reference,
+            kl_coef=cfg.kl_coef,
+            kl_estimator=cfg.kl_estimator,
+        )
+        return objective.loss, metrics | objective.metrics
+
+    @register(Dispatch.ALL)
+    def full_weights(self) -> dict[str, torch.Tensor] | None:
+        """Every weight unsharded on rank 0 (None elsewhere); all ranks take part."""
+        return gather_full_weights(self.engine, self.ctx.rank)

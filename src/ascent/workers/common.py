@@ -1,0 +1,81 @@
+"""What the actor, reference and critic share: batch field checks, packed forwards, and
+micro-batched inference over a rank's share of a batch.
+
+Batch layout (see ``ascent.engine.packing``): ``input_ids`` and ``attention_mask`` (B, L) hold
+prompt then response; ``responses`` (B, R) are the last R columns; per-token training fields
+(``response_mask``, ``old_log_probs``, ``advantages``, ...) are (B, R).
+"""
+
+import torch
+from torch import Tensor, nn
+
+from ascent.batch import Batch
+from ascent.engine.fsdp import TrainEngine
+from ascent.engine.packing import PackedSequences, pack_for_responses
+from ascent.engine.token_budget import synchronized_micro_batches
+
+
+def require(batch: Batch, role: str, *names: str) -> None:
+    """A KeyError naming the fields ``role`` needs and the batch lacks."""
+    missing = [name for name in names if name not in batch]
+    if missing:
+        raise KeyError(f"{role} needs batch fields {missing}; the batch has {batch.keys()}")
+
+
+def response_length(batch: Batch) -> int:
+    return batch["responses"].shape[1]
+
+
+def token_counts(batch: Batch) -> list[int]:
+    """Tokens (prompt + response) per row: the compute a row costs."""
+    return batch["attention_mask"].sum(dim=-1).tolist()
+
+
+def pack(batch: Batch, device: torch.device) -> PackedSequences:
+    return pack_for_responses(
+        batch["input_ids"].to(device), batch["attention_mask"].to(device), response_length(batch)
+    )
+
+
+def policy_forward(
+    module: nn.Module, batch: Batch, device: torch.device, temperature: float
+) -> tuple[Tensor, Tensor]:
+    """Log-probs and entropy (B, R) of the response tokens, from one packed forward."""
+    packed = pack(batch, device)
+    log_probs, entropy = module(
+        packed.input_ids, packed.position_ids, packed.query_index, packed.targets, temperature
+    )
+    return packed.unpack(log_probs), packed.unpack(entropy)
+
+
+def value_forward(module: nn.Module, batch: Batch, device: torch.device) -> Tensor:
+    """Values (B, R): V of the state before each response token, from one packed forward."""
+    packed = pack(batch, device)
+    return packed.unpack(module(packed.input_ids, packed.position_ids, packed.query_index))
+
+
+@torch.no_grad()
+def micro_batched(
+    forward: callable, batch: Batch, budget: int, device: torch.device
+) -> list[Tensor]:
+    """Run ``forward(micro_batch) -> tensors (b, R)`` over token-budget micro-batches and
+    reassemble each output as (B, R) on the CPU, in the batch's row order."""
+    outputs: list[Tensor] | None = None
+    for rows in synchronized_micro_batches(token_counts(batch), budget, device):
+        results = forward(batch.index(rows))
+        if outputs is None:
+            outputs = [torch.zeros(len(batch), r.shape[1], dtype=r.dtype) for r in results]
+        for out, result in zip(outputs, results, strict=True):
+            out[rows] = result.cpu()
+    return outputs or []
+
+
+def gather_full_weights(engine: TrainEngine, rank: int) -> dict[str, Tensor] | None:
+    """Every weight unsharded (LoRA merged) on rank 0, None elsewhere; all ranks must call
+    (each weight is an all-gather). For tests and small models: the rollout engine streams
+    ``engine.full_weights()`` instead of collecting them."""
+    weights = {}
+    for name, tensor in engine.full_weights():
+        if rank == 0:
+            weights[name] = tensor.cpu().clone()
+    return weights if rank == 0 else None

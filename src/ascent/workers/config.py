@@ -1,0 +1,90 @@
+"""Settings of the training-side roles: actor, reference, critic."""
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ascent.algos.types import AggregationMode
+from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, Strict
+
+
+class PolicyLossSettings(Strict):
+    """Which policy loss, by registered name or import path, and its keyword parameters."""
+
+    name: str = Field("ppo", description="A name in POLICY_LOSSES or 'module:function'.")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments of the loss (e.g. clip_high)."
+    )
+
+
+class RolloutCorrectionSettings(Strict):
+    """Importance weights for the rollout engine's log-probs differing from the trainer's."""
+
+    mode: Literal["none", "truncate", "mask"] = Field(
+        "none", description="truncate (TIS), mask (MIS/IcePop), or none (metrics only)."
+    )
+    level: Literal["token", "sequence"] = Field("token", description="Ratio per token or sequence.")
+    lower: float = Field(0.5, gt=0, description="Lower ratio bound for mode 'mask'.")
+    upper: float = Field(2.0, gt=0, description="Upper bound: truncation or masking.")
+
+
+class MicroBatching(Strict):
+    """How a rank's share of a batch is cut: mini-batches (optimiser steps) of micro-batches
+    (forward/backward passes) under a token budget."""
+
+    epochs: int = Field(1, ge=1, description="Passes over the batch per RL step.")
+    mini_batches: int = Field(
+        1,
+        ge=1,
+        description="Optimiser steps per epoch; the trainer derives it as "
+        "prompts_per_step / prompts_per_update.",
+    )
+    tokens_per_micro_batch: int = Field(
+        8192, ge=1, description="Token budget of one forward/backward (prompt + response)."
+    )
+
+
+class ActorConfig(MicroBatching):
+    """The policy being trained."""
+
+    model: ModelConfig = Field(description="The policy checkpoint (ModelConfig).")
+    optim: OptimConfig = Field(OptimConfig(), description="Optimiser (OptimConfig).")
+    fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
+    loss: PolicyLossSettings = Field(
+        PolicyLossSettings(), description="Policy loss and its parameters (PolicyLossSettings)."
+    )
+    aggregation: AggregationMode = Field("token-mean", description="Loss aggregation mode.")
+    entropy_coef: float = Field(0.0, ge=0, description="Weight of the entropy bonus.")
+    kl_coef: float = Field(
+        0.0, ge=0, description="Weight of the KL-to-reference loss (needs ref_log_probs)."
+    )
+    kl_estimator: str = Field("k3", description="k1, abs, k2, k3, k1+ or k3+ (verl names too).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollout.")
+    max_response_length: int | None = Field(
+        None, gt=0, description="K of seq-mean-token-sum-norm; default: the batch's R."
+    )
+    rollout_correction: RolloutCorrectionSettings = Field(
+        RolloutCorrectionSettings(),
+        description="Weights for rollout/trainer log-prob mismatch (RolloutCorrectionSettings).",
+    )
+    chunk_tokens: int = Field(1024, ge=1, description="Tokens per log-prob chunk.")
+
+
+class ReferenceConfig(Strict):
+    """The frozen reference policy (for the KL term)."""
+
+    model: ModelConfig = Field(description="The reference checkpoint (ModelConfig).")
+    fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
+    tokens_per_micro_batch: int = Field(8192, ge=1, description="Token budget per forward.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollout.")
+    chunk_tokens: int = Field(1024, ge=1, description="Tokens per log-prob chunk.")
+
+
+class CriticConfig(MicroBatching):
+    """The value model (PPO with GAE)."""
+
+    model: ModelConfig = Field(description="Backbone checkpoint; a value head is added.")
+    optim: OptimConfig = Field(OptimConfig(lr=1e-5), description="Optimiser (OptimConfig).")
+    fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
+    value_clip: float | None = Field(0.5, gt=0, description="Clip range around old values.")
+    aggregation: AggregationMode = Field("token-mean", description="Loss aggregation mode.")

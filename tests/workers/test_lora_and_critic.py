@@ -1,0 +1,76 @@
+"""LoRA trains only adapters and keeps the base model as reference; the critic learns."""
+
+import torch
+
+from ascent.models import load_causal_lm
+from ascent.workers import ActorConfig, ActorWorker, CriticConfig, CriticWorker
+from tests.workers.conftest import in_process
+from tests.workers.data import rl_batch
+from tests.workers.test_actor import SMOOTH_ADAM, reference_log_probs
+
+
+def test_lora_changes_only_adapters_and_its_reference_is_the_base_model(tiny_model):
+    lora = {"path": tiny_model, "lora": {"rank": 4, "alpha": 8}}
+    cfg = ActorConfig.model_validate({"model": lora, "optim": {"lr": 0.05}})
+    batch = rl_batch(rows=8, seed=7)
+    valid = batch["attention_mask"][:, -5:].bool()
+    base = reference_log_probs(tiny_model, batch, 1.0)
+    with in_process(ActorWorker, cfg) as actor:
+        before = actor.full_weights()[0]
+        trainable = actor_named_trainable(actor)
+        assert trainable and all("lora_" in name for name, _ in trainable)
+        # peft initialises B = 0: the adapted model starts as the base model.
+        torch.testing.assert_close(
+            actor.log_probs(batch)["old_log_probs"][valid].double(), base[valid], atol=2e-5, rtol=0
+        )
+        for _ in range(3):
+            actor.update(batch)
+        after_policy = actor.log_probs(batch)["old_log_probs"]
+        reference = actor.ref_log_probs(batch)["ref_log_probs"]
+        merged = actor.full_weights()[0]
+    torch.testing.assert_close(reference[valid].double(), base[valid], atol=2e-5, rtol=0)
+    assert (after_policy[valid] - reference[valid]).abs().max() > 1e-3, "the adapters learned"
+    # Merged weights: targeted linear weights moved, everything else is bit-identical.
+    plain = load_causal_lm(tiny_model).state_dict()
+    assert (
+        before.keys()
+        == merged.keys()
+        == {k for k in plain if k != "lm_head.weight"} | {"lm_head.weight"}
+    )
+    moved = {k for k in merged if not torch.equal(merged[k], plain[k])}
+    assert moved and all(k.endswith("proj.weight") for k in moved)
+    assert torch.equal(merged["model.embed_tokens.weight"], plain["model.embed_tokens.weight"])
+
+
+def actor_named_trainable(group):
+    module = group.hosts.host.workers[group.role].engine.module  # in-process: reachable
+    return [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+
+
+def test_critic_value_loss_falls_on_a_fixed_target(tiny_model):
+    cfg = CriticConfig.model_validate(
+        {"model": {"path": tiny_model}, "optim": {"lr": 3e-3}, "value_clip": None}
+    )
+    batch = rl_batch(rows=8, seed=8)
+    target = torch.where(batch["response_mask"].bool(), 1.5, 0.0)
+    losses = []
+    with in_process(CriticWorker, cfg) as critic:
+        for _ in range(12):
+            values = critic.values(batch)["values"]
+            metrics = critic.update(batch.assign(values=values, returns=target))[0]
+            losses.append(metrics["critic/vf_loss"])
+    assert losses[-1] < 0.2 * losses[0], losses
+    assert all(torch.isfinite(torch.tensor(losses)))
+
+
+def test_critic_value_clip_bounds_the_move(tiny_model):
+    cfg = CriticConfig.model_validate(
+        {"model": {"path": tiny_model}, "optim": SMOOTH_ADAM, "value_clip": 0.01}
+    )
+    batch = rl_batch(rows=8, seed=9)
+    with in_process(CriticWorker, cfg) as critic:
+        values = critic.values(batch)["values"]
+        far = torch.where(batch["response_mask"].bool(), values + 10.0, 0.0)
+        metrics = critic.update(batch.assign(values=values, returns=far))[0]
+    assert metrics["critic/vf_clipfrac"] == 0.0  # the unclipped error is larger everywhere
+    assert metrics["critic/vf_loss"] > 40  # 0.5 * 10^2

@@ -11,7 +11,7 @@ from ascent.algos import (
 )
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
-from ascent.engine import PolicyModule, TrainEngine, synchronized_micro_batches
+from ascent.engine import PolicyModule, TrainEngine
 from ascent.models.loading import load_causal_lm
 from ascent.models.lora import apply_lora
 from ascent.workers.common import (
@@ -20,10 +20,9 @@ from ascent.workers.common import (
     policy_forward,
     require,
     response_length,
-    token_counts,
+    train,
 )
 from ascent.workers.config import ActorConfig
-from ascent.workers.metrics import MetricAccumulator
 
 TOKENS = ("input_ids", "attention_mask", "responses")
 
@@ -93,35 +92,15 @@ class ActorWorker(Worker):
         require(batch, "actor.update", *TOKENS, "response_mask", "advantages")
         if cfg.kl_coef > 0:
             require(batch, "actor.update with kl_coef > 0", "ref_log_probs")
-        if len(batch) % cfg.mini_batches:
-            raise ValueError(
-                f"actor.update: {len(batch)} rows on this rank do not split into "
-                f"mini_batches={cfg.mini_batches}; make the batch a multiple"
-            )
-        self.engine.train(True)
-        metrics = MetricAccumulator("actor")
-        norm_length = cfg.max_response_length or response_length(batch)
-        for _ in range(cfg.epochs):
-            for mini in batch.split(cfg.mini_batches):
-                mask = mini["response_mask"].bool()
-                tokens, sequences = self.engine.all_reduce_sum(
-                    [float(mask.sum()), float(mask.any(dim=-1).sum())]
-                )
-                normalizer = LossNormalizer(
-                    tokens, sequences, norm_length, dp_size=self.ctx.world_size
-                )
-                plan = synchronized_micro_batches(
-                    token_counts(mini), cfg.tokens_per_micro_batch, self.device
-                )
-                for rows in plan:
-                    loss, micro_metrics = self._micro_loss(mini.index(rows), normalizer)
-                    loss.backward()
-                    metrics.add_micro(micro_metrics)
-                step = self.engine.step()
-                metrics.end_mini_batch(
-                    grad_norm=step.grad_norm, lr=step.lr, skipped_steps=float(step.skipped)
-                )
-        return metrics.result(self.device)
+        return train(
+            self.engine,
+            batch,
+            cfg,
+            self._micro_loss,
+            role="actor",
+            norm_length=cfg.max_response_length or response_length(batch),
+            world_size=self.ctx.world_size,
+        )
 
     def _micro_loss(self, micro: Batch, normalizer: LossNormalizer) -> tuple[torch.Tensor, dict]:
         cfg, device = self.config, self.device

@@ -6,13 +6,18 @@ prompt then response; ``responses`` (B, R) are the last R columns; per-token tra
 (``response_mask``, ``old_log_probs``, ``advantages``, ...) are (B, R).
 """
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
+from ascent.algos import LossNormalizer
 from ascent.batch import Batch
 from ascent.engine.fsdp import TrainEngine
 from ascent.engine.packing import PackedSequences, pack_for_responses
 from ascent.engine.token_budget import synchronized_micro_batches
+from ascent.workers.config import MicroBatching
+from ascent.workers.metrics import MetricAccumulator
 
 
 def require(batch: Batch, role: str, *names: str) -> None:
@@ -79,3 +84,49 @@ def gather_full_weights(engine: TrainEngine, rank: int) -> dict[str, Tensor] | N
         if rank == 0:
             weights[name] = tensor.cpu().clone()
     return weights if rank == 0 else None
+
+
+MicroLoss = Callable[[Batch, LossNormalizer], tuple[Tensor, dict]]
+
+
+def train(
+    engine: TrainEngine,
+    batch: Batch,
+    settings: MicroBatching,
+    micro_loss: MicroLoss,
+    *,
+    role: str,
+    norm_length: int,
+    world_size: int,
+) -> dict[str, float]:
+    """Epochs x mini-batches (one optimiser step each) x token-budget micro-batches.
+
+    Each mini-batch's loss denominators are counted over all ranks first (response tokens and
+    sequences with at least one), so that the micro-batch losses ``micro_loss(micro,
+    normaliser)`` add up to the mini-batch loss whatever the micro-batching and the number of
+    ranks. Returns ``role/*`` metrics, averaged over steps and ranks (the same on every rank).
+    """
+    if len(batch) % settings.mini_batches:
+        raise ValueError(
+            f"{role}.update: {len(batch)} rows on this rank do not split into "
+            f"mini_batches={settings.mini_batches}; make the batch a multiple"
+        )
+    engine.train(True)
+    metrics = MetricAccumulator(role)
+    for _ in range(settings.epochs):
+        for mini in batch.split(settings.mini_batches):
+            mask = mini["response_mask"].bool()
+            tokens, sequences = engine.all_reduce_sum(
+                [float(mask.sum()), float(mask.any(dim=-1).sum())]
+            )
+            normalizer = LossNormalizer(tokens, sequences, norm_length, dp_size=world_size)
+            budget = settings.tokens_per_micro_batch
+            for rows in synchronized_micro_batches(token_counts(mini), budget, engine.device):
+                loss, micro_metrics = micro_loss(mini.index(rows), normalizer)
+                loss.backward()
+                metrics.add_micro(micro_metrics)
+            step = engine.step()
+            metrics.end_mini_batch(
+                grad_norm=step.grad_norm, lr=step.lr, skipped_steps=float(step.skipped)
+            )
+    return metrics.result(engine.device)

@@ -5,18 +5,17 @@ import torch
 from ascent.algos import LossNormalizer, aggregate, value_loss
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
-from ascent.engine import TrainEngine, ValueModule, synchronized_micro_batches
+from ascent.engine import TrainEngine, ValueModule
 from ascent.models.loading import load_value_model
 from ascent.workers.common import (
     gather_full_weights,
     micro_batched,
     require,
     response_length,
-    token_counts,
+    train,
     value_forward,
 )
 from ascent.workers.config import CriticConfig
-from ascent.workers.metrics import MetricAccumulator
 
 TOKENS = ("input_ids", "attention_mask", "responses")
 
@@ -59,48 +58,27 @@ class CriticWorker(Worker):
         ``response_mask``, ``values`` and ``returns`` (B, R)."""
         cfg = self.config
         require(batch, "critic.update", *TOKENS, "response_mask", "values", "returns")
-        if len(batch) % cfg.mini_batches:
-            raise ValueError(
-                f"critic.update: {len(batch)} rows on this rank do not split into "
-                f"mini_batches={cfg.mini_batches}"
-            )
-        self.engine.train(True)
-        metrics = MetricAccumulator("critic")
-        for _ in range(cfg.epochs):
-            for mini in batch.split(cfg.mini_batches):
-                mask = mini["response_mask"].bool()
-                tokens, sequences = self.engine.all_reduce_sum(
-                    [float(mask.sum()), float(mask.any(dim=-1).sum())]
-                )
-                normalizer = LossNormalizer(
-                    tokens, sequences, response_length(mini), dp_size=self.ctx.world_size
-                )
-                plan = synchronized_micro_batches(
-                    token_counts(mini), cfg.tokens_per_micro_batch, self.device
-                )
-                for rows in plan:
-                    micro = mini.index(rows)
-                    predicted = value_forward(self.engine.module, micro, self.device)
-                    terms = value_loss(
-                        predicted,
-                        micro["values"].to(self.device),
-                        micro["returns"].to(self.device),
-                        micro["response_mask"].to(self.device),
-                        clip=cfg.value_clip,
-                    )
-                    loss = aggregate(
-                        terms.per_token,
-                        micro["response_mask"].to(self.device),
-                        cfg.aggregation,
-                        normalizer,
-                    )
-                    loss.backward()
-                    metrics.add_micro({"vf_loss": loss.detach(), **terms.metrics})
-                step = self.engine.step()
-                metrics.end_mini_batch(
-                    grad_norm=step.grad_norm, lr=step.lr, skipped_steps=float(step.skipped)
-                )
-        return metrics.result(self.device)
+        return train(
+            self.engine,
+            batch,
+            cfg,
+            self._micro_loss,
+            role="critic",
+            norm_length=response_length(batch),
+            world_size=self.ctx.world_size,
+        )
+
+    def _micro_loss(self, micro: Batch, normalizer: LossNormalizer) -> tuple[torch.Tensor, dict]:
+        mask = micro["response_mask"].to(self.device)
+        terms = value_loss(
+            value_forward(self.engine.module, micro, self.device),
+            micro["values"].to(self.device),
+            micro["returns"].to(self.device),
+            mask,
+            clip=self.config.value_clip,
+        )
+        loss = aggregate(terms.per_token, mask, self.config.aggregation, normalizer)
+        return loss, {"vf_loss": loss.detach(), **terms.metrics}
 
     @register(Dispatch.ALL)
     def full_weights(self) -> dict[str, torch.Tensor] | None:

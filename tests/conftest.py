@@ -1,7 +1,9 @@
-"""Suite-wide: tests marked ``gpu`` are skipped where CUDA is not available."""
+"""Suite-wide: tiny checkpoints on disk, and `gpu` tests skipped where CUDA is not available."""
 
 import pytest
 import torch
+
+from ascent.models import build_tiny_model
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -13,3 +15,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A Qwen2-shaped model (untied head) and its byte-level tokenizer, saved to disk."""
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0))
+
+
+@pytest.fixture(scope="session")
+def tiny_tied_model(tmp_path_factory):
+    """The same shape with the output head tied to the embedding."""
+    return str(
+        build_tiny_model(tmp_path_factory.mktemp("tied") / "model", tie_word_embeddings=True)
+    )

@@ -14,6 +14,8 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from ascent.engine.config import FSDPConfig, LoraSettings, ModelConfig, OptimConfig
+from ascent.rollout.config import RolloutConfig
+from ascent.rollout.types import SamplingParams
 from ascent.workers.config import (
     ActorConfig,
     CriticConfig,
@@ -26,6 +28,8 @@ DOCUMENTED: list[type[BaseModel]] = [
     ActorConfig,
     CriticConfig,
     ReferenceConfig,
+    RolloutConfig,
+    SamplingParams,
     ModelConfig,
     LoraSettings,
     OptimConfig,

@@ -43,6 +43,13 @@ class GroupFuture:
             self.mode, [results[r] for r in returning_ranks(self.mode, self.group.layout)]
         )
 
+    def of_rank(self, rank: int) -> "GroupFuture":
+        """This call's result on ``rank`` alone, as a future that can be passed on (e.g. the
+        weights that rank 0 of an ALL call gathered)."""
+        if rank not in self.handles:
+            raise ValueError(f"{self.group.role}.{self.method} did not run on rank {rank}")
+        return GroupFuture(self.group, self.method, Dispatch.RANK_ZERO, {0: self.handles[rank]})
+
     def as_argument(self, mode: Dispatch, layout: Layout) -> Callable[[int], Any]:
         """What each rank of a call with ``mode`` over ``layout`` receives for this future."""
         if self.mode not in (Dispatch.DP, Dispatch.RANK_ZERO):

@@ -114,6 +114,7 @@ class WorkerHost:
                 replica_size=role.replica_size,
                 device=self.device,
                 host=socket.gethostname(),
+                peers=self.workers,
             )
             self.workers[name] = self._guarded(name, "__init__", role.instantiate, ctx)
 

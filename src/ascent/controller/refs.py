@@ -26,6 +26,8 @@ class Gather:
         from ascent.batch import Batch
 
         parts = [_fetch(h) for h in self.handles]
+        if len(parts) == 1:  # one rank's result (a RANK_ZERO call, or future.of_rank(r))
+            return parts[0]
         return Batch.concat(parts) if all(isinstance(p, Batch) for p in parts) else parts
 
 

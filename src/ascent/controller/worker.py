@@ -1,5 +1,6 @@
 """The base class of role workers, what each worker knows about its place, and role specs."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,7 @@ class WorkerContext:
     replica_size: ranks per data-parallel replica (tensor/sequence-parallel peers).
     device: this worker's device (cuda:0 under Ray's per-worker CUDA_VISIBLE_DEVICES, or cpu).
     host: name of the machine it runs on.
+    peers: the other roles' workers in this process (see ``colocated``).
     """
 
     role: str
@@ -25,6 +27,17 @@ class WorkerContext:
     replica_size: int
     device: torch.device
     host: str
+    peers: Mapping[str, "Worker"] = field(default_factory=dict, repr=False, compare=False)
+
+    def colocated(self, role: str) -> "Worker":
+        """The worker of ``role`` in this same process (roles spawned together): the
+        rollout reads the actor's weights through it without any transfer."""
+        if role not in self.peers:
+            raise LookupError(
+                f"no {role!r} worker in this process (colocated: {sorted(self.peers)}); "
+                "spawn the roles together to colocate them"
+            )
+        return self.peers[role]
 
     @property
     def dp_rank(self) -> int:

@@ -14,12 +14,12 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from ascent.engine.config import FSDPConfig, OptimConfig
 from ascent.engine.modules import decoder_layers, unwrap
 from ascent.engine.schedule import lr_multiplier
-from ascent.engine.weights import iter_full_weights
+from ascent.engine.weights import iter_full_weights, weight_layout
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -115,9 +115,20 @@ class TrainEngine:
         self.zero_grad()
         return StepResult(grad_norm=grad_norm, lr=lr, skipped=skipped)
 
-    def full_weights(self) -> Iterator[tuple[str, Tensor]]:
-        """Every parameter unsharded, one at a time (all ranks must iterate together)."""
-        return iter_full_weights(self.module.model)
+    def reshard(self) -> None:
+        """Make every parameter the sharded DTensor again (FSDP frees gathered copies)."""
+        for module in self.module.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+
+    def full_weights(self, names: set[str] | None = None) -> Iterator[tuple[str, Tensor]]:
+        """Every parameter (or those ``names``) unsharded, one at a time; all ranks must
+        iterate together."""
+        return iter_full_weights(self.module.model, names)
+
+    def weight_layout(self) -> list[tuple[str, int]]:
+        """(name, full size in bytes) of what ``full_weights`` yields, without gathering."""
+        return weight_layout(self.module.model)
 
     def all_reduce_sum(self, values: list[float]) -> list[float]:
         """Sum ``values`` over the ranks (used for the global loss denominators)."""

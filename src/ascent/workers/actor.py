@@ -12,6 +12,7 @@ from ascent.algos import (
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
 from ascent.engine import PolicyModule, TrainEngine
+from ascent.engine.weights import buckets
 from ascent.models.loading import load_causal_lm
 from ascent.models.lora import apply_lora
 from ascent.workers.common import (
@@ -138,6 +139,20 @@ class ActorWorker(Worker):
             kl_estimator=cfg.kl_estimator,
         )
         return objective.loss, metrics | objective.metrics
+
+    @register(Dispatch.RANK_ZERO)
+    def weight_bucket_count(self, bucket_bytes: int) -> int:
+        """How many buckets of at most ``bucket_bytes`` the full weights make."""
+        return len(buckets(self.engine.weight_layout(), bucket_bytes))
+
+    @register(Dispatch.ALL)
+    def weight_bucket(self, index: int, bucket_bytes: int) -> dict[str, torch.Tensor] | None:
+        """Bucket ``index`` of the full weights (LoRA merged) on rank 0, on the CPU; None on
+        the other ranks, which take part in the gathers. Sending the weights to a rollout
+        on other devices bucket by bucket bounds the memory a transfer needs."""
+        names = set(buckets(self.engine.weight_layout(), bucket_bytes)[index])
+        bucket = {name: tensor.cpu() for name, tensor in self.engine.full_weights(names)}
+        return bucket if self.ctx.rank == 0 else None
 
     @register(Dispatch.ALL)
     def full_weights(self) -> dict[str, torch.Tensor] | None:

@@ -1,0 +1,48 @@
+"""What a generate call takes and what it gives back."""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from ascent.engine.config import Strict
+
+
+class SamplingParams(Strict):
+    """How to sample, shared by every prompt of one ``generate`` call."""
+
+    n: int = Field(1, ge=1, description="Samples per prompt (the prompt is prefilled once).")
+    temperature: float = Field(
+        1.0, ge=0, description="Logits are divided by it; 0 means greedy (argmax)."
+    )
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus: smallest set with this mass.")
+    top_k: int = Field(0, ge=0, description="Keep the k most likely tokens (0: all).")
+    max_new_tokens: int = Field(256, ge=1, description="Response length limit.")
+    stop_token_ids: list[int] = Field(
+        default_factory=list, description="Tokens that end a response (kept in it)."
+    )
+    stop: list[str] = Field(
+        default_factory=list,
+        description="Strings that end a response once its decoded text contains one; the "
+        "token that completes the string is kept (needs a tokenizer).",
+    )
+    seed: int | None = Field(None, description="Seed of the sampling generator (None: random).")
+    logprobs: bool = Field(True, description="Return each sampled token's log-prob.")
+
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One response. ``log_probs[t]`` is log p(token_ids[t]) under the distribution it was
+    sampled from: softmax(logits / T) restricted to the top-k / top-p set and renormalised
+    (with top_k = 0 and top_p = 1, exactly the trainer's log_softmax(logits / T)); for
+    greedy decoding (T = 0), log_softmax(logits)."""
+
+    prompt_index: int
+    sample_index: int
+    token_ids: list[int]
+    log_probs: list[float] | None
+    finish_reason: FinishReason
+    weight_version: int

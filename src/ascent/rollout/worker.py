@@ -1,0 +1,154 @@
+"""The rollout role: generation for the RL loop, colocated with the actor or on its own
+devices, with weights refreshed from the actor."""
+
+import torch
+
+from ascent.batch import Batch
+from ascent.controller import Dispatch, Worker, register
+from ascent.engine.modules import unwrap
+from ascent.models.loading import load_causal_lm, load_tokenizer
+from ascent.rollout.config import RolloutConfig
+from ascent.rollout.engine import NativeEngine, WeightUpdate
+from ascent.rollout.hf_engine import TransformersEngine
+from ascent.rollout.types import Sample, SamplingParams
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class RolloutWorker(Worker):
+    """``generate`` turns prompts into scored-ready rollouts in the training layout.
+
+    Input: ``prompts`` (B, P) token ids, left-padded, and ``prompt_mask`` (B, P). Output:
+    every input row repeated ``n`` times (its other fields, ``uid`` included, copied along),
+    plus ``responses``, ``response_mask``, ``rollout_log_probs`` (B * n, max_new_tokens),
+    ``input_ids`` / ``attention_mask`` (prompt then response), ``finish_reason`` per row, and
+    the engine's ``weight_version`` in the meta.
+    """
+
+    def __init__(self, config: RolloutConfig | dict) -> None:
+        self.config = RolloutConfig.model_validate(config)
+        cfg = self.config
+        dtype = DTYPES.get(cfg.dtype) or (
+            torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        )
+        model = load_causal_lm(
+            cfg.model.path,
+            dtype=dtype,
+            trust_remote_code=cfg.model.trust_remote_code,
+            attn_implementation=cfg.model.attn_implementation,
+        ).to(self.device)
+        self.tokenizer = load_tokenizer(
+            cfg.model.path, trust_remote_code=cfg.model.trust_remote_code
+        )
+        if cfg.engine == "native":
+            self.engine = NativeEngine(
+                model,
+                max_num_seqs=cfg.max_num_seqs,
+                max_model_len=cfg.max_model_len,
+                kv_cache_bytes=cfg.kv_cache_bytes,
+                tokenizer=self.tokenizer,
+                cuda_graphs=cfg.cuda_graphs,
+            )
+        else:
+            self.engine = TransformersEngine(
+                model, max_num_seqs=cfg.max_num_seqs, tokenizer=self.tokenizer
+            )
+        self.pad_id = self.tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = self.tokenizer.eos_token_id or 0
+        self._update: WeightUpdate | None = None
+
+    def sampling(self, overrides: dict | None = None) -> SamplingParams:
+        """The default sampling with ``overrides``, plus EOS as a stop token if configured."""
+        params = self.config.sampling.model_copy(update=overrides or {})
+        eos = self.tokenizer.eos_token_id
+        if self.config.stop_at_eos and eos is not None and eos not in params.stop_token_ids:
+            params = params.model_copy(update={"stop_token_ids": [*params.stop_token_ids, eos]})
+        return SamplingParams.model_validate(params.model_dump())
+
+    @register(Dispatch.DP)
+    def generate(self, batch: Batch, sampling: dict | None = None) -> Batch:
+        missing = [f for f in ("prompts", "prompt_mask") if f not in batch]
+        if missing:
+            raise KeyError(f"rollout needs batch fields {missing}; the batch has {batch.keys()}")
+        params = self.sampling(sampling)
+        prompts = [
+            row[mask.bool()].tolist()
+            for row, mask in zip(batch["prompts"], batch["prompt_mask"], strict=True)
+        ]
+        samples = self.engine.generate(prompts, params)
+        if self.config.free_cache_after_generate and hasattr(self.engine, "sleep"):
+            self.engine.sleep()
+        return self._as_batch(batch, samples, params)
+
+    def _as_batch(self, batch: Batch, samples: list[Sample], params: SamplingParams) -> Batch:
+        width = params.max_new_tokens
+        rows = len(samples)
+        responses = torch.full((rows, width), self.pad_id, dtype=torch.long)
+        response_mask = torch.zeros(rows, width, dtype=torch.long)
+        log_probs = torch.zeros(rows, width, dtype=torch.float32)
+        for row, sample in enumerate(samples):
+            count = len(sample.token_ids)
+            responses[row, :count] = torch.tensor(sample.token_ids, dtype=torch.long)
+            response_mask[row, :count] = 1
+            if sample.log_probs is not None:
+                log_probs[row, :count] = torch.tensor(sample.log_probs)
+        repeated = batch.repeat_interleave(params.n)
+        return repeated.assign(
+            responses=responses,
+            response_mask=response_mask,
+            rollout_log_probs=log_probs,
+            input_ids=torch.cat([repeated["prompts"], responses], dim=1),
+            attention_mask=torch.cat([repeated["prompt_mask"].long(), response_mask], dim=1),
+            finish_reason=[s.finish_reason for s in samples],
+        ).with_meta(weight_version=self.engine.weight_version)
+
+    # -- weights ----------------------------------------------------------------------------
+
+    @register(Dispatch.ALL)
+    def sync_from_colocated(self, role: str = "actor", check: bool = False) -> dict:
+        """Refresh from the ``role`` worker in this process.
+
+        An unsharded actor (one rank) whose parameters have the engine's dtype and device is
+        read in place: the engine's parameters alias the actor's tensors, no copy. Otherwise
+        every rank streams the full weights (one all-gather per tensor) into its engine.
+        ``check`` compares engine and actor weights afterwards (debug; gathers again).
+        """
+        engine = self.ctx.colocated(role).engine
+        engine.reshard()  # alias the persistent shards, never a transient gathered copy
+        model = unwrap(engine.module.model)
+        local = self.world_size == 1 and model is engine.module.model  # no LoRA to merge
+        if local:
+            named = (
+                (n, p.to_local() if hasattr(p, "to_local") else p)
+                for n, p in model.named_parameters()
+            )
+            version = self.engine.load_weights(named, alias=True)
+        else:
+            version = self.engine.load_weights(engine.full_weights())
+        difference = self.engine.max_weight_difference(engine.full_weights()) if check else None
+        return {"weight_version": version, "max_weight_difference": difference}
+
+    @register(Dispatch.ALL)
+    def begin_weight_update(self) -> None:
+        """Start a refresh that arrives in buckets (``load_weight_bucket``)."""
+        self._update = self.engine.begin_weight_update()
+
+    @register(Dispatch.ALL)
+    def load_weight_bucket(self, bucket: dict[str, torch.Tensor]) -> None:
+        if self._update is None:
+            raise RuntimeError("load_weight_bucket before begin_weight_update")
+        self._update.load(bucket.items())
+
+    @register(Dispatch.ALL)
+    def finish_weight_update(self) -> int:
+        """Check every weight arrived; returns the new weight version."""
+        if self._update is None:
+            raise RuntimeError("finish_weight_update before begin_weight_update")
+        version, self._update = self._update.finish(), None
+        return version
+
+    @register(Dispatch.ALL)
+    def weight_difference(self, reference: dict[str, torch.Tensor]) -> float:
+        """Debug check: the largest |engine - reference| over the given weights."""
+        return self.engine.max_weight_difference(reference.items())

@@ -13,9 +13,13 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from ascent.data.sft import SFTDataConfig
 from ascent.engine.config import FSDPConfig, LoraSettings, ModelConfig, OptimConfig
 from ascent.rollout.config import RolloutConfig
 from ascent.rollout.types import SamplingParams
+from ascent.trainer.settings import ResourcesConfig
+from ascent.trainer.sft import SFTConfig, SFTTrainerSettings
+from ascent.trainer.tracking import TrackingConfig
 from ascent.workers.config import (
     ActorConfig,
     CriticConfig,
@@ -25,6 +29,11 @@ from ascent.workers.config import (
 )
 
 DOCUMENTED: list[type[BaseModel]] = [
+    SFTConfig,
+    SFTDataConfig,
+    SFTTrainerSettings,
+    ResourcesConfig,
+    TrackingConfig,
     ActorConfig,
     CriticConfig,
     ReferenceConfig,

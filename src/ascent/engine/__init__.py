@@ -3,7 +3,7 @@
 from ascent.engine.config import FSDPConfig, LoraSettings, ModelConfig, OptimConfig
 from ascent.engine.fsdp import StepResult, TrainEngine
 from ascent.engine.modules import PolicyModule, ValueModule
-from ascent.engine.packing import PackedSequences, pack_for_responses
+from ascent.engine.packing import PackedSequences, pack_for_responses, pack_for_targets
 from ascent.engine.token_budget import (
     balance_rows,
     data_parallel_order,
@@ -24,6 +24,7 @@ __all__ = [
     "balance_rows",
     "data_parallel_order",
     "pack_for_responses",
+    "pack_for_targets",
     "plan_micro_batches",
     "synchronized_micro_batches",
 ]

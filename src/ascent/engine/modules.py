@@ -32,8 +32,9 @@ class PolicyModule(nn.Module):
     """Per-token log-probs and entropy of target tokens, from a causal LM.
 
     forward(input_ids (1, N) or (B, L), position_ids like it, query_index (M,) into the
-    flattened positions, targets (M,)) -> log_probs (M,), entropy (M,), float32, with
-    logits / temperature exactly as the rollout samples them.
+    flattened positions, targets (M,)) -> log_probs (M,), entropy (M,) (None when
+    compute_entropy is False), float32, with logits / temperature exactly as the rollout
+    samples them.
     """
 
     def __init__(self, model: nn.Module, chunk_tokens: int = 1024) -> None:
@@ -49,7 +50,8 @@ class PolicyModule(nn.Module):
         targets: Tensor,
         temperature: float = 1.0,
         attention_mask: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
+        compute_entropy: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
         lm = unwrap(self.model)
         hidden = lm.base_model(
             input_ids=input_ids,
@@ -66,10 +68,11 @@ class PolicyModule(nn.Module):
             bias=head.bias,
             temperature=temperature,
             chunk_tokens=self.chunk_tokens,
+            compute_entropy=compute_entropy,
         )
         # Fresh tensors, not views: FSDP2 warns that in-place ops on a view output would
         # bypass its backward hooks.
-        return log_probs.clone(), entropy.clone()
+        return log_probs.clone(), None if entropy is None else entropy.clone()
 
 
 class ValueModule(nn.Module):

@@ -11,7 +11,8 @@ then stays within each row (no cross-row attention), and no compute is spent on 
 
 The log-prob (or value) of response token j of row i comes from the hidden state of the token
 just before it in the same row. The *queries* are those packed positions: M positions, each
-with its target token and the (row, column) of the response cell it fills.
+with its target token and the (row, column) of the response cell it fills. SFT uses the
+general form, ``pack_for_targets``, with the assistant-token mask as targets.
 """
 
 from dataclasses import dataclass
@@ -48,17 +49,28 @@ def pack_for_responses(
     A response token with no valid token before it in its row (an empty prompt) has no query;
     its cell keeps the fill value.
     """
-    batch, length = input_ids.shape
+    length = input_ids.shape[1]
     if not 0 < response_length <= length:
         raise ValueError(f"response length {response_length} must be in (0, {length}]")
+    first = length - response_length
+    in_response = torch.arange(length, device=input_ids.device) >= first
+    return pack_for_targets(input_ids, attention_mask, in_response.expand_as(input_ids), first)
+
+
+def pack_for_targets(
+    input_ids: Tensor, attention_mask: Tensor, targets: Tensor, first_column: int = 0
+) -> PackedSequences:
+    """Pack (B, L) rows; the queries predict the valid tokens where ``targets`` (B, L) is set
+    (each from the valid token before it in its row). ``unpack`` maps them to columns
+    ``column - first_column`` of a (B, L - first_column) result."""
+    batch, length = input_ids.shape
     valid = attention_mask.bool()
     rows, cols = valid.nonzero(as_tuple=True)  # row-major: each row's tokens in order
     packed_ids = input_ids[rows, cols]
     positions = (valid.long().cumsum(-1) - 1)[rows, cols]
 
     same_row_next = rows[1:] == rows[:-1]
-    first_response_col = length - response_length
-    is_query = same_row_next & (cols[1:] >= first_response_col)
+    is_query = same_row_next & targets.bool()[rows[1:], cols[1:]]
     query_index = is_query.nonzero(as_tuple=True)[0]
     return PackedSequences(
         input_ids=packed_ids.unsqueeze(0),
@@ -66,6 +78,6 @@ def pack_for_responses(
         query_index=query_index,
         targets=packed_ids[query_index + 1],
         rows=rows[query_index + 1],
-        columns=cols[query_index + 1] - first_response_col,
-        shape=(batch, response_length),
+        columns=cols[query_index + 1] - first_column,
+        shape=(batch, length - first_column),
     )

@@ -98,13 +98,15 @@ def train(
     role: str,
     norm_length: int,
     world_size: int,
+    mask_key: str = "response_mask",
 ) -> dict[str, float]:
     """Epochs x mini-batches (one optimiser step each) x token-budget micro-batches.
 
-    Each mini-batch's loss denominators are counted over all ranks first (response tokens and
-    sequences with at least one), so that the micro-batch losses ``micro_loss(micro,
-    normaliser)`` add up to the mini-batch loss whatever the micro-batching and the number of
-    ranks. Returns ``role/*`` metrics, averaged over steps and ranks (the same on every rank).
+    Each mini-batch's loss denominators are counted over all ranks first (the tokens of
+    ``mask_key`` and the sequences with at least one), so that the micro-batch losses
+    ``micro_loss(micro, normaliser)`` add up to the mini-batch loss whatever the
+    micro-batching and the number of ranks. Returns ``role/*`` metrics, averaged over steps
+    and ranks (the same on every rank).
     """
     if len(batch) % settings.mini_batches:
         raise ValueError(
@@ -115,7 +117,7 @@ def train(
     metrics = MetricAccumulator(role)
     for _ in range(settings.epochs):
         for mini in batch.split(settings.mini_batches):
-            mask = mini["response_mask"].bool()
+            mask = mini[mask_key].bool()
             tokens, sequences = engine.all_reduce_sum(
                 [float(mask.sum()), float(mask.any(dim=-1).sum())]
             )

@@ -11,7 +11,7 @@ from collections import defaultdict
 import torch
 import torch.distributed as dist
 
-SHARES = frozenset({"pg_loss", "entropy", "kl_loss", "vf_loss"})
+SHARES = frozenset({"pg_loss", "entropy", "kl_loss", "vf_loss", "loss"})
 
 
 class MetricAccumulator:

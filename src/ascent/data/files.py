@@ -1,0 +1,92 @@
+"""Rows (dicts) from parquet, JSONL/JSON-lines, or a ``datasets`` directory.
+
+A path may be a file (``.parquet``, ``.jsonl``, ``.json`` with one object per line), a
+directory written by ``datasets.Dataset.save_to_disk``, or a directory of parquet files.
+Errors name the file and, for JSONL, the line.
+"""
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class MalformedRow(ValueError):
+    """A row that cannot be used, with where it is and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Row:
+    data: dict[str, Any]
+    source: str  # file path
+    index: int  # row number within the file (0-based)
+
+    @property
+    def where(self) -> str:
+        return f"row {self.index} of {self.source}"
+
+
+def read_rows(paths: str | Path | list[str | Path]) -> list[Row]:
+    """Every row of every path, in order."""
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    rows: list[Row] = []
+    for path in paths:
+        rows.extend(_read(Path(path)))
+    return rows
+
+
+def _read(path: Path) -> Iterator[Row]:
+    if not path.exists():
+        raise FileNotFoundError(f"data file {str(path)!r} does not exist")
+    if path.is_dir():
+        if (path / "dataset_info.json").exists() or (path / "state.json").exists():
+            yield from _rows(_datasets_dir(path), path)
+            return
+        files = sorted(path.glob("*.parquet"))
+        if not files:
+            raise FileNotFoundError(
+                f"{str(path)!r} holds neither a saved dataset nor parquet files"
+            )
+        for file in files:
+            yield from _read(file)
+        return
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        yield from _rows(pq.read_table(path).to_pylist(), path)
+    elif suffix in (".jsonl", ".json"):
+        yield from _jsonl(path)
+    else:
+        raise ValueError(f"cannot read {str(path)!r}: use .parquet, .jsonl or a datasets directory")
+
+
+def _datasets_dir(path: Path) -> list[dict]:
+    from datasets import load_from_disk
+
+    return load_from_disk(str(path)).to_list()
+
+
+def _rows(records: list[dict], path: Path) -> Iterator[Row]:
+    for index, record in enumerate(records):
+        yield Row(record, str(path), index)
+
+
+def _jsonl(path: Path) -> Iterator[Row]:
+    with open(path) as file:
+        index = 0
+        for line_number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise MalformedRow(
+                    f"line {line_number} of {path} is not valid JSON: {error}"
+                ) from None
+            if not isinstance(record, dict):
+                raise MalformedRow(f"line {line_number} of {path} is not a JSON object")
+            yield Row(record, str(path), index)
+            index += 1

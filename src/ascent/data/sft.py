@@ -1,0 +1,158 @@
+"""SFT examples: token ids and a loss mask that covers exactly the assistant's tokens.
+
+Chat rows (``messages``, optionally ``tools``) are rendered with the tokenizer's own chat
+template. The loss mask comes from rendering the conversation once in full and once per
+assistant turn up to it: turn i spans the characters from the end of
+``render(messages[:i], add_generation_prompt=True)`` to the end of ``render(messages[:i+1])``
+(its content and end-of-turn marker), and a token carries loss when it starts inside such a
+span. Every assistant turn is trained; system, user and tool turns, and the assistant
+headers, are not. A template that does not render conversations prefix by prefix (some
+rewrite earlier turns) is refused with the row named, rather than trained with a wrong mask.
+
+Prompt/response rows become a user turn and an assistant turn; with ``template: none`` they
+are plain prompt + response + EOS, the loss on response and EOS.
+"""
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ascent.data.files import MalformedRow, Row, read_rows
+from ascent.engine.config import Strict
+
+
+class SFTDataConfig(Strict):
+    """Where the SFT data is and how rows become token sequences."""
+
+    train_files: list[str] = Field(description="Parquet/JSONL files or datasets directories.")
+    val_files: list[str] = Field(default_factory=list, description="Validation data, same forms.")
+    template: Literal["chat", "none"] = Field(
+        "chat", description="chat: the tokenizer's chat template; none: prompt + response + EOS."
+    )
+    messages_key: str = Field("messages", description="Field with the chat messages.")
+    tools_key: str = Field("tools", description="Field with tool definitions (optional).")
+    prompt_key: str = Field("prompt", description="Prompt field of prompt/response rows.")
+    response_key: str = Field("response", description="Response field of prompt/response rows.")
+    max_length: int = Field(1024, ge=2, description="Tokens per example (prompt + response).")
+    overlong: Literal["truncate", "drop"] = Field(
+        "truncate", description="Longer examples are cut to max_length, or dropped."
+    )
+    malformed: Literal["stop", "skip"] = Field(
+        "stop", description="A malformed row stops loading with its location, or is skipped."
+    )
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    input_ids: list[int]
+    loss_mask: list[int]  # 1 on tokens the model learns to predict (never the first token)
+
+
+def render(tokenizer: Any, messages: list[dict], tools: list | None, generation: bool) -> str:
+    return tokenizer.apply_chat_template(
+        messages, tools=tools, tokenize=False, add_generation_prompt=generation
+    )
+
+
+def chat_example(tokenizer: Any, messages: list[dict], tools: list | None = None) -> SFTExample:
+    """Token ids of the rendered conversation and its assistant-token loss mask."""
+    full = render(tokenizer, messages, tools, generation=False)
+    spans = []
+    for turn, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        start = len(render(tokenizer, messages[:turn], tools, generation=True))
+        upto = render(tokenizer, messages[: turn + 1], tools, generation=False)
+        if not full.startswith(upto) or start > len(upto):
+            raise MalformedRow(
+                "the chat template renders this conversation differently prefix by prefix "
+                f"(turn {turn}), so the assistant tokens cannot be located reliably"
+            )
+        spans.append((start, len(upto)))
+    if not spans:
+        raise MalformedRow("the conversation has no assistant turn: nothing to learn from")
+    encoded = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    mask = [int(any(s <= begin < e for s, e in spans)) for begin, _ in encoded["offset_mapping"]]
+    mask[0] = 0  # the first token has nothing before it to be predicted from
+    return SFTExample(list(encoded["input_ids"]), mask)
+
+
+def plain_example(tokenizer: Any, prompt: str, response: str) -> SFTExample:
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    response_ids = tokenizer(response, add_special_tokens=False)["input_ids"]
+    response_ids = [*response_ids, tokenizer.eos_token_id]
+    mask = [0] * len(prompt_ids) + [1] * len(response_ids)
+    mask[0] = 0
+    return SFTExample([*prompt_ids, *response_ids], mask)
+
+
+def row_example(row: Row, tokenizer: Any, config: SFTDataConfig) -> SFTExample:
+    """The example of one row; MalformedRow names the row and the field."""
+    data = row.data
+    try:
+        if config.messages_key in data and data[config.messages_key] is not None:
+            messages = data[config.messages_key]
+            _check_messages(messages, config.messages_key)
+            if config.template == "none":
+                raise MalformedRow("template 'none' takes prompt/response rows, not messages")
+            return chat_example(tokenizer, messages, data.get(config.tools_key))
+        for key in (config.prompt_key, config.response_key):
+            if key not in data:
+                raise MalformedRow(
+                    f"missing field {key!r} (rows need {config.messages_key!r}, or "
+                    f"{config.prompt_key!r} and {config.response_key!r})"
+                )
+        prompt, response = data[config.prompt_key], data[config.response_key]
+        if not isinstance(response, str):
+            raise MalformedRow(f"field {config.response_key!r} must be a string")
+        if config.template == "none":
+            if not isinstance(prompt, str):
+                raise MalformedRow(f"field {config.prompt_key!r} must be a string")
+            return plain_example(tokenizer, prompt, response)
+        turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        _check_messages(turns, config.prompt_key)
+        return chat_example(tokenizer, [*turns, {"role": "assistant", "content": response}])
+    except MalformedRow as error:
+        raise MalformedRow(f"{row.where}: {error}") from None
+
+
+def _check_messages(messages: Any, key: str) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise MalformedRow(f"field {key!r} must be a non-empty list of messages")
+    for position, message in enumerate(messages):
+        if not isinstance(message, dict) or "role" not in message:
+            raise MalformedRow(f"{key}[{position}] must be a message with a 'role'")
+
+
+def load_sft_examples(
+    paths: list[str], tokenizer: Any, config: SFTDataConfig
+) -> tuple[list[SFTExample], Counter]:
+    """Examples of every row, and counts of what happened to the rows (reported to the user):
+    rows, kept, truncated, dropped_overlong, dropped_no_loss, skipped_malformed."""
+    counts: Counter = Counter()
+    examples = []
+    for row in read_rows(paths):
+        counts["rows"] += 1
+        try:
+            example = row_example(row, tokenizer, config)
+        except MalformedRow:
+            if config.malformed == "stop":
+                raise
+            counts["skipped_malformed"] += 1
+            continue
+        if len(example.input_ids) > config.max_length:
+            if config.overlong == "drop":
+                counts["dropped_overlong"] += 1
+                continue
+            counts["truncated"] += 1
+            example = SFTExample(
+                example.input_ids[: config.max_length], example.loss_mask[: config.max_length]
+            )
+            if not any(example.loss_mask):
+                counts["dropped_no_loss"] += 1
+                continue
+        examples.append(example)
+        counts["kept"] += 1
+    return examples, counts

@@ -1,0 +1,1 @@
+"""The training loops (SFT, and RL next), with checkpoints, tracking and evaluation."""

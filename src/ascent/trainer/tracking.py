@@ -1,0 +1,115 @@
+"""Metrics sinks: console, JSONL in the run directory, TensorBoard, and wandb / mlflow when
+installed and selected. One ``log(metrics, step)`` call feeds them all."""
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ascent.engine.config import Strict
+
+Sink = Literal["console", "jsonl", "tensorboard", "wandb", "mlflow"]
+
+
+class TrackingConfig(Strict):
+    """Where metrics go."""
+
+    sinks: list[Sink] = Field(
+        ["console", "jsonl", "tensorboard"], description="Metric sinks to write to."
+    )
+    project: str = Field("ascent", description="Project name (wandb, mlflow).")
+    run_name: str | None = Field(None, description="Run name; default: the run directory's name.")
+    console_every: int = Field(1, ge=1, description="Print a console line every N steps.")
+
+
+class Tracker:
+    def __init__(
+        self, run_dir: str | Path, config: TrackingConfig, run_config: dict | None = None
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.config = config
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        name = config.run_name or self.run_dir.name
+        self._jsonl = None
+        if "jsonl" in config.sinks:  # kept open for the run; closed by close()
+            self._jsonl = open(self.run_dir / "metrics.jsonl", "a")  # noqa: SIM115
+        self._tensorboard = None
+        if "tensorboard" in config.sinks:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"))
+        self._wandb = self._mlflow = None
+        if "wandb" in config.sinks:
+            wandb = _optional("wandb")
+            self._wandb = wandb.init(
+                project=config.project, name=name, config=run_config, dir=str(self.run_dir)
+            )
+        if "mlflow" in config.sinks:
+            self._mlflow = _optional("mlflow")
+            self._mlflow.set_experiment(config.project)
+            self._mlflow.start_run(run_name=name)
+            if run_config:
+                self._mlflow.log_params(_flatten(run_config))
+
+    def log(self, metrics: dict[str, float], step: int, *, printer: Any = print) -> None:
+        """Write ``metrics`` of ``step`` to every sink (``printer`` shows the console line,
+        e.g. ``tqdm.write`` under a progress bar)."""
+        clean = {k: float(v) for k, v in metrics.items()}
+        if self._jsonl is not None:
+            self._jsonl.write(json.dumps({"step": step, **clean}) + "\n")
+            self._jsonl.flush()
+        if self._tensorboard is not None:
+            for key, value in clean.items():
+                self._tensorboard.add_scalar(key, value, step)
+        if self._wandb is not None:
+            self._wandb.log(clean, step=step)
+        if self._mlflow is not None:
+            self._mlflow.log_metrics({k.replace("/", "."): v for k, v in clean.items()}, step=step)
+        if "console" in self.config.sinks and step % self.config.console_every == 0:
+            printer(console_line(step, clean))
+
+    def close(self) -> None:
+        if self._jsonl is not None:
+            self._jsonl.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+        if self._mlflow is not None:
+            self._mlflow.end_run()
+
+
+def console_line(step: int, metrics: dict[str, float]) -> str:
+    """``step 12 | sft/loss 1.234 | sft/grad_norm 0.56 | ...`` with compact numbers."""
+    return " | ".join([f"step {step}", *(f"{k} {_compact(v)}" for k, v in metrics.items())])
+
+
+def _compact(value: float) -> str:
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
+        return f"{value:.2e}"
+    return f"{value:.4g}"
+
+
+def _optional(module: str) -> Any:
+    try:
+        return __import__(module)
+    except ImportError:
+        raise ImportError(
+            f"tracking sink {module!r} is selected but {module} is not installed; "
+            f"pip install {module}, or remove it from tracking.sinks"
+        ) from None
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, str]:
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat |= _flatten(value, name + ".")
+        else:
+            flat[name] = str(value)
+    return flat

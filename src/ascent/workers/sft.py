@@ -1,0 +1,122 @@
+"""The SFT role: next-token cross-entropy on the masked tokens, on the FSDP2 engine."""
+
+from pathlib import Path
+
+import torch
+from pydantic import Field
+
+from ascent.algos import LossNormalizer
+from ascent.batch import Batch
+from ascent.controller import Dispatch, Worker, register
+from ascent.engine import FSDPConfig, ModelConfig, OptimConfig, PolicyModule, TrainEngine
+from ascent.engine.config import Strict
+from ascent.engine.export import export_hf
+from ascent.engine.packing import pack_for_targets
+from ascent.engine.state import load_engine, save_engine
+from ascent.engine.token_budget import synchronized_micro_batches
+from ascent.models.loading import load_causal_lm
+from ascent.models.lora import apply_lora
+from ascent.workers.common import require, token_counts, train
+from ascent.workers.config import MicroBatching
+
+FIELDS = ("input_ids", "attention_mask", "loss_mask")
+
+
+class SFTWorkerConfig(Strict):
+    model: ModelConfig
+    optim: OptimConfig = OptimConfig(lr=1e-4)
+    fsdp: FSDPConfig = FSDPConfig()
+    tokens_per_micro_batch: int = Field(8192, ge=1)
+    chunk_tokens: int = Field(1024, ge=1)
+
+
+class SFTWorker(Worker):
+    """``train_step`` (one optimiser step over a batch), ``eval_loss``, checkpoints, export.
+
+    Batch: ``input_ids``, ``attention_mask`` and ``loss_mask`` (B, L); the loss is the mean
+    negative log-likelihood of the tokens where ``loss_mask`` is 1, over the whole batch on
+    all ranks (so it does not depend on micro-batching or the number of ranks).
+    """
+
+    def __init__(self, config: SFTWorkerConfig | dict) -> None:
+        self.config = SFTWorkerConfig.model_validate(config)
+        cfg = self.config
+        model = load_causal_lm(
+            cfg.model.path,
+            trust_remote_code=cfg.model.trust_remote_code,
+            attn_implementation=cfg.model.attn_implementation,
+        )
+        if cfg.model.lora is not None:
+            model = apply_lora(model, cfg.model.lora)
+        self.engine = TrainEngine(
+            PolicyModule(model, chunk_tokens=cfg.chunk_tokens),
+            device=self.device,
+            fsdp=cfg.fsdp,
+            optim=cfg.optim,
+            gradient_checkpointing=cfg.model.gradient_checkpointing,
+        )
+
+    def _negative_log_likelihood(self, micro: Batch) -> torch.Tensor:
+        """Sum of -log p over the micro-batch's loss tokens."""
+        packed = pack_for_targets(
+            micro["input_ids"].to(self.device),
+            micro["attention_mask"].to(self.device),
+            micro["loss_mask"].to(self.device),
+        )
+        log_probs, _ = self.engine.module(
+            packed.input_ids,
+            packed.position_ids,
+            packed.query_index,
+            packed.targets,
+            compute_entropy=False,
+        )
+        return -log_probs.sum()
+
+    @register(Dispatch.DP)
+    def train_step(self, batch: Batch) -> dict[str, float]:
+        require(batch, "sft", *FIELDS)
+        settings = MicroBatching(tokens_per_micro_batch=self.config.tokens_per_micro_batch)
+
+        def micro_loss(micro: Batch, normalizer: LossNormalizer) -> tuple[torch.Tensor, dict]:
+            share = normalizer.dp_size / max(normalizer.num_tokens, 1.0)
+            loss = self._negative_log_likelihood(micro) * share
+            return loss, {"loss": loss.detach()}
+
+        return train(
+            self.engine,
+            batch,
+            settings,
+            micro_loss,
+            role="sft",
+            norm_length=batch["input_ids"].shape[1],
+            world_size=self.ctx.world_size,
+            mask_key="loss_mask",
+        )
+
+    @register(Dispatch.DP)
+    def eval_loss(self, batch: Batch) -> dict[str, float]:
+        """Mean NLL of the loss tokens over the whole batch (all ranks), and their count."""
+        require(batch, "sft", *FIELDS)
+        self.engine.train(False)
+        total = torch.zeros(2, dtype=torch.float64, device=self.device)
+        with torch.no_grad():
+            budget = self.config.tokens_per_micro_batch
+            for rows in synchronized_micro_batches(token_counts(batch), budget, self.device):
+                micro = batch.index(rows)
+                total[0] += self._negative_log_likelihood(micro).double()
+                total[1] += micro["loss_mask"].sum()
+        nll, tokens = self.engine.all_reduce_sum(total.tolist())
+        return {"loss": nll / max(tokens, 1.0), "tokens": tokens}
+
+    @register(Dispatch.ALL)
+    def save_checkpoint(self, directory: str, with_optimizer: bool = True) -> None:
+        save_engine(self.engine, Path(directory), with_optimizer=with_optimizer)
+
+    @register(Dispatch.ALL)
+    def load_checkpoint(self, directory: str) -> None:
+        load_engine(self.engine, Path(directory))
+
+    @register(Dispatch.ALL)
+    def export(self, out_dir: str) -> None:
+        """A plain transformers checkpoint (LoRA merged) in ``out_dir``."""
+        export_hf(self.engine, self.config.model.path, out_dir)

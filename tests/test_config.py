@@ -70,3 +70,9 @@ def test_every_example_config_loads(path):
 
 def test_there_are_examples():
     assert EXAMPLES
+
+
+def test_yaml_booleans_for_resume_mean_the_words():
+    base = ["model.path=/m", "data.train_files=[t]"]
+    assert load_config(SFTConfig, None, [*base, "trainer.resume=off"]).trainer.resume == "off"
+    assert load_config(SFTConfig, None, [*base, "trainer.resume=/a/b"]).trainer.resume == "/a/b"

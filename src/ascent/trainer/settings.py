@@ -31,3 +31,12 @@ class ResourcesConfig(Strict):
     @property
     def world_size(self) -> int:
         return self.nodes * self.devices_per_node
+
+
+def resume_setting(value: object) -> object:
+    """YAML reads ``off`` and ``on`` as booleans; a resume setting means the words."""
+    if value is False:
+        return "off"
+    if value is True:
+        return "auto"
+    return value

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator
 from tqdm import tqdm
 
 from ascent.batch import Batch
@@ -25,7 +25,7 @@ from ascent.engine import FSDPConfig, ModelConfig, OptimConfig, data_parallel_or
 from ascent.engine.config import Strict
 from ascent.models.loading import load_tokenizer
 from ascent.trainer.checkpoints import Checkpoints
-from ascent.trainer.settings import ResourcesConfig
+from ascent.trainer.settings import ResourcesConfig, resume_setting
 from ascent.trainer.tracking import Tracker, TrackingConfig
 from ascent.workers.sft import SFTWorker, SFTWorkerConfig
 
@@ -46,6 +46,11 @@ class SFTTrainerSettings(Strict):
     export: bool = Field(True, description="Write a transformers checkpoint to run_dir/hf.")
     seed: int = Field(0, description="Seed of the data order.")
     progress_bar: bool = Field(True, description="Show a progress bar with ETA.")
+
+    @field_validator("resume", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        return resume_setting(value)
 
 
 class SFTConfig(Strict):

@@ -7,10 +7,11 @@ import pytest
 import yaml
 
 from ascent.config import ConfigError, dump_config, load_config, parse_overrides
+from ascent.trainer.rl.config import RLConfig, make_plan
 from ascent.trainer.sft import SFTConfig
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
-CONFIG_OF = {"sft": SFTConfig}
+CONFIG_OF = {"sft": SFTConfig, "train": RLConfig}
 
 
 def test_overrides_parse_as_yaml_values():
@@ -66,6 +67,8 @@ def test_every_example_config_loads(path):
     config = load_config(CONFIG_OF[kind], path)
     assert config.model_dump(mode="json")  # validated, every field resolved
     assert yaml.safe_load(path.read_text())  # and not empty
+    if isinstance(config, RLConfig):
+        make_plan(config)  # batch sizes divide, and every name is registered
 
 
 def test_there_are_examples():

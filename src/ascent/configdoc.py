@@ -13,10 +13,21 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from ascent.data.rl import RLDataConfig
 from ascent.data.sft import SFTDataConfig
 from ascent.engine.config import FSDPConfig, LoraSettings, ModelConfig, OptimConfig
+from ascent.rewards.manager import RewardConfig
 from ascent.rollout.config import RolloutConfig
 from ascent.rollout.types import SamplingParams
+from ascent.trainer.rl.config import (
+    ActorSettings,
+    AlgorithmSettings,
+    CriticSettings,
+    KLSettings,
+    RLConfig,
+    RLTrainerSettings,
+    RolloutSettings,
+)
 from ascent.trainer.settings import ResourcesConfig
 from ascent.trainer.sft import SFTConfig, SFTTrainerSettings
 from ascent.trainer.tracking import TrackingConfig
@@ -29,6 +40,15 @@ from ascent.workers.config import (
 )
 
 DOCUMENTED: list[type[BaseModel]] = [
+    RLConfig,
+    RLDataConfig,
+    RolloutSettings,
+    ActorSettings,
+    CriticSettings,
+    AlgorithmSettings,
+    KLSettings,
+    RewardConfig,
+    RLTrainerSettings,
     SFTConfig,
     SFTDataConfig,
     SFTTrainerSettings,

@@ -318,3 +318,9 @@ def test_to_cuda_and_back(batch):
     assert on_gpu.split(2)[1]["uid"] == batch["uid"][3:]
     assert torch.equal(on_gpu.group_ids("scores").cpu(), batch.group_ids("scores"))
     assert on_gpu.to("cpu").equals(batch)
+
+
+def test_get_returns_a_field_or_the_default(batch):
+    assert torch.equal(batch.get("scores"), batch["scores"])
+    assert batch.get("uid") == batch["uid"]
+    assert batch.get("absent") is None and batch.get("absent", 3) == 3

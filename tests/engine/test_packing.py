@@ -104,3 +104,23 @@ def test_data_parallel_order_keeps_global_mini_batches_whatever_the_rank_count()
     assert data_parallel_order(tokens, 1, 2) == list(range(12))
     with pytest.raises(ValueError, match="multiple of 8"):
         data_parallel_order(tokens, 4, 2)
+
+
+def test_the_padded_layout_queries_the_same_tokens():
+    batch = rl_batch(rows=5, prompt_length=6, response_length=4, seed=8)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    packed = pack_for_responses(ids, mask, 4)
+    padded = pack_for_responses(ids, mask, 4, packed=False)
+    assert torch.equal(packed.targets, padded.targets) and torch.equal(packed.rows, padded.rows)
+    assert torch.equal(packed.columns, padded.columns) and padded.attention_mask is not None
+    flat_ids = padded.input_ids.flatten()
+    assert torch.equal(flat_ids[padded.query_index], packed.input_ids[0][packed.query_index])
+    assert padded.input_ids.shape[1] <= ids.shape[1]  # trimmed to the columns in use
+
+
+def test_padded_micro_batches_count_padding():
+    tokens = [10, 9, 2, 2]
+    assert plan_micro_batches(tokens, budget=20, padded=True) == [[0, 1], [2, 3]]
+    assert plan_micro_batches(tokens, budget=20) == [[0, 1], [2, 3]]
+    assert plan_micro_batches([10, 2, 2, 2], budget=20, padded=True) == [[0, 1], [2, 3]]
+    assert plan_micro_batches([10, 2, 2, 2], budget=20) == [[0, 1, 2, 3]]

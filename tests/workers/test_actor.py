@@ -68,10 +68,14 @@ def test_packed_log_probs_match_a_padded_transformers_forward(request, fixture, 
     assert (out["entropy"][valid] > 0).all() and (out["old_log_probs"][~valid] == 0).all()
 
 
-def test_the_update_does_not_depend_on_the_micro_batch_budget(tiny_model):
+@pytest.mark.parametrize("packing", ["packed", "padded"])
+def test_the_update_does_not_depend_on_the_micro_batch_budget(tiny_model, packing):
     batch = rl_batch(rows=8, seed=2)
-    one_pass, metrics_one = updated_weights(tiny_model, batch, tokens_per_micro_batch=10_000)
-    many, metrics_many = updated_weights(tiny_model, batch, tokens_per_micro_batch=12)
+    model = {"path": tiny_model, "packing": packing}
+    one_pass, metrics_one = updated_weights(
+        tiny_model, batch, tokens_per_micro_batch=10_000, model=model
+    )
+    many, metrics_many = updated_weights(tiny_model, batch, tokens_per_micro_batch=12, model=model)
     assert_same_weights(one_pass, many)
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
         assert metrics_one[key] == pytest.approx(metrics_many[key], rel=1e-5), key

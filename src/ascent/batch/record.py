@@ -112,6 +112,12 @@ class Batch:
             raise self._unknown(key)
         return self.index(key)
 
+    def get(self, key: str, default: Field | None = None) -> Field | None:
+        """The field ``key`` (tensor or list), or ``default`` when the batch has none."""
+        if key not in self:
+            return default
+        return self[key]
+
     def __iter__(self) -> NoReturn:
         raise TypeError("a Batch is not iterable; use keys(), split() or index()")
 

@@ -35,6 +35,17 @@ class ModelConfig(Strict):
     lora: LoraSettings | None = Field(
         None, description="Train LoRA adapters instead of all weights."
     )
+    packing: Literal["auto", "packed", "padded"] = Field(
+        "auto",
+        description="Rows packed without padding, or padded; auto: packed with flash-attention "
+        "(variable-length kernels), padded otherwise (packed attention would cost N x N).",
+    )
+
+    @property
+    def packed(self) -> bool:
+        if self.packing == "auto":
+            return self.attn_implementation.startswith("flash_attention")
+        return self.packing == "packed"
 
 
 class OptimConfig(Strict):

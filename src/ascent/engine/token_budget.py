@@ -10,10 +10,15 @@ import torch
 import torch.distributed as dist
 
 
-def plan_micro_batches(tokens: list[int], budget: int, min_count: int = 1) -> list[list[int]]:
+def plan_micro_batches(
+    tokens: list[int], budget: int, min_count: int = 1, padded: bool = False
+) -> list[list[int]]:
     """Row indices per micro-batch: at most ``budget`` tokens each (a longer row goes alone),
     first-fit decreasing; then the heaviest micro-batch is halved until there are at least
-    ``min_count`` (needs that many rows). Indices are in ascending order within each."""
+    ``min_count`` (needs that many rows). Indices are in ascending order within each.
+
+    ``padded``: a micro-batch costs rows x its longest row (the padded layout), not the sum.
+    """
     if budget < 1:
         raise ValueError(f"tokens_per_micro_batch must be >= 1, got {budget}")
     if min_count > len(tokens):
@@ -21,7 +26,12 @@ def plan_micro_batches(tokens: list[int], budget: int, min_count: int = 1) -> li
     bins: list[list[int]] = []
     loads: list[int] = []
     for row in sorted(range(len(tokens)), key=lambda r: (-tokens[r], r)):
-        target = next((b for b, load in enumerate(loads) if load + tokens[row] <= budget), None)
+        # Sorted longest first: a bin's first row is its longest.
+        if padded:
+            cost = [(len(b) + 1) * tokens[b[0]] for b in bins]
+        else:
+            cost = [load + tokens[row] for load in loads]
+        target = next((b for b in range(len(bins)) if cost[b] <= budget), None)
         if target is None:
             bins.append([row])
             loads.append(tokens[row])
@@ -44,15 +54,15 @@ def plan_micro_batches(tokens: list[int], budget: int, min_count: int = 1) -> li
 
 
 def synchronized_micro_batches(
-    tokens: list[int], budget: int, device: torch.device
+    tokens: list[int], budget: int, device: torch.device, padded: bool = False
 ) -> list[list[int]]:
     """``plan_micro_batches`` with the same count on every rank of the default group."""
-    plan = plan_micro_batches(tokens, budget)
+    plan = plan_micro_batches(tokens, budget, padded=padded)
     if dist.is_initialized() and dist.get_world_size() > 1:
         count = torch.tensor([len(plan)], device=device)
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
         if int(count) > len(plan):
-            plan = plan_micro_batches(tokens, budget, min_count=int(count))
+            plan = plan_micro_batches(tokens, budget, min_count=int(count), padded=padded)
     return plan
 
 

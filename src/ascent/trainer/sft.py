@@ -132,7 +132,12 @@ def train_sft(config: SFTConfig) -> dict:
         ray_address=config.resources.ray_address,
     )
     checkpoints = Checkpoints(run_dir, keep_last=cfg.keep_last)
-    tracker = Tracker(run_dir, config.tracking, config.model_dump(mode="json"))
+    tracker = Tracker(
+        run_dir,
+        config.tracking,
+        config.model_dump(mode="json"),
+        console_keys=["sft/loss", "sft/grad_norm", "sft/lr", "val/loss", "timing_s/step"],
+    )
     start = 0
     resume_from = (
         None

@@ -22,14 +22,24 @@ class TrackingConfig(Strict):
     project: str = Field("ascent", description="Project name (wandb, mlflow).")
     run_name: str | None = Field(None, description="Run name; default: the run directory's name.")
     console_every: int = Field(1, ge=1, description="Print a console line every N steps.")
+    console_keys: list[str] | None = Field(
+        None,
+        description="Metrics on the console line (a key, or a prefix ending in '/'); "
+        "None: the trainer's choice.",
+    )
 
 
 class Tracker:
     def __init__(
-        self, run_dir: str | Path, config: TrackingConfig, run_config: dict | None = None
+        self,
+        run_dir: str | Path,
+        config: TrackingConfig,
+        run_config: dict | None = None,
+        console_keys: list[str] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.config = config
+        self.console_keys = config.console_keys or console_keys
         self.run_dir.mkdir(parents=True, exist_ok=True)
         name = config.run_name or self.run_dir.name
         self._jsonl = None
@@ -68,7 +78,17 @@ class Tracker:
         if self._mlflow is not None:
             self._mlflow.log_metrics({k.replace("/", "."): v for k, v in clean.items()}, step=step)
         if "console" in self.config.sinks and step % self.config.console_every == 0:
-            printer(console_line(step, clean))
+            printer(console_line(step, self._console(clean)))
+
+    def _console(self, metrics: dict[str, float]) -> dict[str, float]:
+        if not self.console_keys:
+            return metrics
+        keys = self.console_keys
+        return {
+            k: v
+            for k, v in metrics.items()
+            if k in keys or any(p.endswith("/") and k.startswith(p) for p in keys)
+        }
 
     def close(self) -> None:
         if self._jsonl is not None:

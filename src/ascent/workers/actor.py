@@ -16,6 +16,7 @@ from ascent.engine.weights import buckets
 from ascent.models.loading import load_causal_lm
 from ascent.models.lora import apply_lora
 from ascent.workers.common import (
+    EngineCheckpoints,
     gather_full_weights,
     micro_batched,
     policy_forward,
@@ -28,12 +29,13 @@ from ascent.workers.config import ActorConfig
 TOKENS = ("input_ids", "attention_mask", "responses")
 
 
-class ActorWorker(Worker):
+class ActorWorker(EngineCheckpoints, Worker):
     """``log_probs`` (old log-probs), ``ref_log_probs`` (LoRA only), ``update``."""
 
     def __init__(self, config: ActorConfig | dict) -> None:
         self.config = ActorConfig.model_validate(config)
         model_cfg = self.config.model
+        self.packed = model_cfg.packed
         model = load_causal_lm(
             model_cfg.path,
             trust_remote_code=model_cfg.trust_remote_code,
@@ -70,11 +72,12 @@ class ActorWorker(Worker):
         self.engine.train(False)
         log_probs, entropy = micro_batched(
             lambda micro: policy_forward(
-                self.engine.module, micro, self.device, self.config.temperature
+                self.engine.module, micro, self.device, self.config.temperature, self.packed
             ),
             batch,
             self.config.tokens_per_micro_batch,
             self.device,
+            not self.packed,
         )
         fields = {name: log_probs, "entropy": entropy} if with_entropy else {name: log_probs}
         return Batch.from_dict(fields)
@@ -101,11 +104,14 @@ class ActorWorker(Worker):
             role="actor",
             norm_length=cfg.max_response_length or response_length(batch),
             world_size=self.ctx.world_size,
+            padded=not self.packed,
         )
 
     def _micro_loss(self, micro: Batch, normalizer: LossNormalizer) -> tuple[torch.Tensor, dict]:
         cfg, device = self.config, self.device
-        log_probs, entropy = policy_forward(self.engine.module, micro, device, cfg.temperature)
+        log_probs, entropy = policy_forward(
+            self.engine.module, micro, device, cfg.temperature, self.packed
+        )
         mask = micro["response_mask"].to(device)
         old = micro["old_log_probs"].to(device) if "old_log_probs" in micro else log_probs.detach()
         inputs = PolicyLossInputs(log_probs, old, micro["advantages"].to(device), mask)

@@ -7,14 +7,18 @@ prompt then response; ``responses`` (B, R) are the last R columns; per-token tra
 """
 
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 from ascent.algos import LossNormalizer
 from ascent.batch import Batch
+from ascent.controller import Dispatch, register
+from ascent.engine.export import export_hf
 from ascent.engine.fsdp import TrainEngine
 from ascent.engine.packing import PackedSequences, pack_for_responses
+from ascent.engine.state import load_engine, save_engine
 from ascent.engine.token_budget import synchronized_micro_batches
 from ascent.workers.config import MicroBatching
 from ascent.workers.metrics import MetricAccumulator
@@ -36,37 +40,48 @@ def token_counts(batch: Batch) -> list[int]:
     return batch["attention_mask"].sum(dim=-1).tolist()
 
 
-def pack(batch: Batch, device: torch.device) -> PackedSequences:
-    return pack_for_responses(
-        batch["input_ids"].to(device), batch["attention_mask"].to(device), response_length(batch)
-    )
+def pack(batch: Batch, device: torch.device, packed: bool) -> PackedSequences:
+    """The model inputs of ``batch``: packed rows, or padded rows (see engine.packing)."""
+    ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+    return pack_for_responses(ids, mask, response_length(batch), packed=packed)
 
 
 def policy_forward(
-    module: nn.Module, batch: Batch, device: torch.device, temperature: float
+    module: nn.Module, batch: Batch, device: torch.device, temperature: float, packed: bool
 ) -> tuple[Tensor, Tensor]:
-    """Log-probs and entropy (B, R) of the response tokens, from one packed forward."""
-    packed = pack(batch, device)
+    """Log-probs and entropy (B, R) of the response tokens, from one forward."""
+    inputs = pack(batch, device, packed)
     log_probs, entropy = module(
-        packed.input_ids, packed.position_ids, packed.query_index, packed.targets, temperature
+        inputs.input_ids,
+        inputs.position_ids,
+        inputs.query_index,
+        inputs.targets,
+        temperature,
+        attention_mask=inputs.attention_mask,
     )
-    return packed.unpack(log_probs), packed.unpack(entropy)
+    return inputs.unpack(log_probs), inputs.unpack(entropy)
 
 
-def value_forward(module: nn.Module, batch: Batch, device: torch.device) -> Tensor:
-    """Values (B, R): V of the state before each response token, from one packed forward."""
-    packed = pack(batch, device)
-    return packed.unpack(module(packed.input_ids, packed.position_ids, packed.query_index))
+def value_forward(module: nn.Module, batch: Batch, device: torch.device, packed: bool) -> Tensor:
+    """Values (B, R): V of the state before each response token, from one forward."""
+    inputs = pack(batch, device, packed)
+    values = module(
+        inputs.input_ids,
+        inputs.position_ids,
+        inputs.query_index,
+        attention_mask=inputs.attention_mask,
+    )
+    return inputs.unpack(values)
 
 
 @torch.no_grad()
 def micro_batched(
-    forward: callable, batch: Batch, budget: int, device: torch.device
+    forward: Callable, batch: Batch, budget: int, device: torch.device, padded: bool
 ) -> list[Tensor]:
     """Run ``forward(micro_batch) -> tensors (b, R)`` over token-budget micro-batches and
     reassemble each output as (B, R) on the CPU, in the batch's row order."""
     outputs: list[Tensor] | None = None
-    for rows in synchronized_micro_batches(token_counts(batch), budget, device):
+    for rows in synchronized_micro_batches(token_counts(batch), budget, device, padded):
         results = forward(batch.index(rows))
         if outputs is None:
             outputs = [torch.zeros(len(batch), r.shape[1], dtype=r.dtype) for r in results]
@@ -99,6 +114,7 @@ def train(
     norm_length: int,
     world_size: int,
     mask_key: str = "response_mask",
+    padded: bool = False,
 ) -> dict[str, float]:
     """Epochs x mini-batches (one optimiser step each) x token-budget micro-batches.
 
@@ -123,7 +139,8 @@ def train(
             )
             normalizer = LossNormalizer(tokens, sequences, norm_length, dp_size=world_size)
             budget = settings.tokens_per_micro_batch
-            for rows in synchronized_micro_batches(token_counts(mini), budget, engine.device):
+            plan = synchronized_micro_batches(token_counts(mini), budget, engine.device, padded)
+            for rows in plan:
                 loss, micro_metrics = micro_loss(mini.index(rows), normalizer)
                 loss.backward()
                 metrics.add_micro(micro_metrics)
@@ -132,3 +149,21 @@ def train(
                 grad_norm=step.grad_norm, lr=step.lr, skipped_steps=float(step.skipped)
             )
     return metrics.result(engine.device)
+
+
+class EngineCheckpoints:
+    """Worker methods over ``self.engine``: save and restore its training state (sharded,
+    reshardable to another rank count) and export a transformers checkpoint."""
+
+    @register(Dispatch.ALL)
+    def save_checkpoint(self, directory: str, with_optimizer: bool = True) -> None:
+        save_engine(self.engine, Path(directory), with_optimizer=with_optimizer)
+
+    @register(Dispatch.ALL)
+    def load_checkpoint(self, directory: str) -> None:
+        load_engine(self.engine, Path(directory))
+
+    @register(Dispatch.ALL)
+    def export(self, out_dir: str) -> None:
+        """A plain transformers checkpoint (LoRA merged) in ``out_dir``."""
+        export_hf(self.engine, self.config.model.path, out_dir)

@@ -8,6 +8,7 @@ from ascent.controller import Dispatch, Worker, register
 from ascent.engine import TrainEngine, ValueModule
 from ascent.models.loading import load_value_model
 from ascent.workers.common import (
+    EngineCheckpoints,
     gather_full_weights,
     micro_batched,
     require,
@@ -20,12 +21,13 @@ from ascent.workers.config import CriticConfig
 TOKENS = ("input_ids", "attention_mask", "responses")
 
 
-class CriticWorker(Worker):
+class CriticWorker(EngineCheckpoints, Worker):
     """``values`` -> ``values`` (B, R); ``update`` regresses them on ``returns``."""
 
     def __init__(self, config: CriticConfig | dict) -> None:
         self.config = CriticConfig.model_validate(config)
         model_cfg = self.config.model
+        self.packed = model_cfg.packed
         model = load_value_model(
             model_cfg.path,
             trust_remote_code=model_cfg.trust_remote_code,
@@ -44,10 +46,11 @@ class CriticWorker(Worker):
         require(batch, "critic", *TOKENS)
         self.engine.train(False)
         (values,) = micro_batched(
-            lambda micro: (value_forward(self.engine.module, micro, self.device),),
+            lambda micro: (value_forward(self.engine.module, micro, self.device, self.packed),),
             batch,
             self.config.tokens_per_micro_batch,
             self.device,
+            not self.packed,
         )
         return Batch.from_dict({"values": values})
 
@@ -66,12 +69,13 @@ class CriticWorker(Worker):
             role="critic",
             norm_length=response_length(batch),
             world_size=self.ctx.world_size,
+            padded=not self.packed,
         )
 
     def _micro_loss(self, micro: Batch, normalizer: LossNormalizer) -> tuple[torch.Tensor, dict]:
         mask = micro["response_mask"].to(self.device)
         terms = value_loss(
-            value_forward(self.engine.module, micro, self.device),
+            value_forward(self.engine.module, micro, self.device, self.packed),
             micro["values"].to(self.device),
             micro["returns"].to(self.device),
             mask,

@@ -14,6 +14,7 @@ class ReferenceWorker(Worker):
 
     def __init__(self, config: ReferenceConfig | dict) -> None:
         self.config = ReferenceConfig.model_validate(config)
+        self.packed = self.config.model.packed
         model = load_causal_lm(
             self.config.model.path,
             trust_remote_code=self.config.model.trust_remote_code,
@@ -33,10 +34,11 @@ class ReferenceWorker(Worker):
         require(batch, "reference", "input_ids", "attention_mask", "responses")
         (log_probs, _) = micro_batched(
             lambda micro: policy_forward(
-                self.engine.module, micro, self.device, self.config.temperature
+                self.engine.module, micro, self.device, self.config.temperature, self.packed
             ),
             batch,
             self.config.tokens_per_micro_batch,
             self.device,
+            not self.packed,
         )
         return Batch.from_dict({"ref_log_probs": log_probs})

@@ -1,7 +1,5 @@
 """The SFT role: next-token cross-entropy on the masked tokens, on the FSDP2 engine."""
 
-from pathlib import Path
-
 import torch
 from pydantic import Field
 
@@ -10,13 +8,11 @@ from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
 from ascent.engine import FSDPConfig, ModelConfig, OptimConfig, PolicyModule, TrainEngine
 from ascent.engine.config import Strict
-from ascent.engine.export import export_hf
 from ascent.engine.packing import pack_for_targets
-from ascent.engine.state import load_engine, save_engine
 from ascent.engine.token_budget import synchronized_micro_batches
 from ascent.models.loading import load_causal_lm
 from ascent.models.lora import apply_lora
-from ascent.workers.common import require, token_counts, train
+from ascent.workers.common import EngineCheckpoints, require, token_counts, train
 from ascent.workers.config import MicroBatching
 
 FIELDS = ("input_ids", "attention_mask", "loss_mask")
@@ -30,7 +26,7 @@ class SFTWorkerConfig(Strict):
     chunk_tokens: int = Field(1024, ge=1)
 
 
-class SFTWorker(Worker):
+class SFTWorker(EngineCheckpoints, Worker):
     """``train_step`` (one optimiser step over a batch), ``eval_loss``, checkpoints, export.
 
     Batch: ``input_ids``, ``attention_mask`` and ``loss_mask`` (B, L); the loss is the mean
@@ -41,6 +37,7 @@ class SFTWorker(Worker):
     def __init__(self, config: SFTWorkerConfig | dict) -> None:
         self.config = SFTWorkerConfig.model_validate(config)
         cfg = self.config
+        self.packed = cfg.model.packed
         model = load_causal_lm(
             cfg.model.path,
             trust_remote_code=cfg.model.trust_remote_code,
@@ -58,16 +55,18 @@ class SFTWorker(Worker):
 
     def _negative_log_likelihood(self, micro: Batch) -> torch.Tensor:
         """Sum of -log p over the micro-batch's loss tokens."""
-        packed = pack_for_targets(
+        inputs = pack_for_targets(
             micro["input_ids"].to(self.device),
             micro["attention_mask"].to(self.device),
             micro["loss_mask"].to(self.device),
+            packed=self.packed,
         )
         log_probs, _ = self.engine.module(
-            packed.input_ids,
-            packed.position_ids,
-            packed.query_index,
-            packed.targets,
+            inputs.input_ids,
+            inputs.position_ids,
+            inputs.query_index,
+            inputs.targets,
+            attention_mask=inputs.attention_mask,
             compute_entropy=False,
         )
         return -log_probs.sum()
@@ -91,6 +90,7 @@ class SFTWorker(Worker):
             norm_length=batch["input_ids"].shape[1],
             world_size=self.ctx.world_size,
             mask_key="loss_mask",
+            padded=not self.packed,
         )
 
     @register(Dispatch.DP)
@@ -101,22 +101,12 @@ class SFTWorker(Worker):
         total = torch.zeros(2, dtype=torch.float64, device=self.device)
         with torch.no_grad():
             budget = self.config.tokens_per_micro_batch
-            for rows in synchronized_micro_batches(token_counts(batch), budget, self.device):
+            plan = synchronized_micro_batches(
+                token_counts(batch), budget, self.device, not self.packed
+            )
+            for rows in plan:
                 micro = batch.index(rows)
                 total[0] += self._negative_log_likelihood(micro).double()
                 total[1] += micro["loss_mask"].sum()
         nll, tokens = self.engine.all_reduce_sum(total.tolist())
         return {"loss": nll / max(tokens, 1.0), "tokens": tokens}
-
-    @register(Dispatch.ALL)
-    def save_checkpoint(self, directory: str, with_optimizer: bool = True) -> None:
-        save_engine(self.engine, Path(directory), with_optimizer=with_optimizer)
-
-    @register(Dispatch.ALL)
-    def load_checkpoint(self, directory: str) -> None:
-        load_engine(self.engine, Path(directory))
-
-    @register(Dispatch.ALL)
-    def export(self, out_dir: str) -> None:
-        """A plain transformers checkpoint (LoRA merged) in ``out_dir``."""
-        export_hf(self.engine, self.config.model.path, out_dir)

@@ -1,0 +1,161 @@
+"""RL prompts in verl's schema, and the seeded stream of them that a run consumes.
+
+A row: ``data_source`` (str; picks the scorer), ``prompt`` (chat messages, or a string),
+``reward_model.ground_truth`` (anything the scorer understands), optional ``extra_info``
+(dict) and ``ability``. Prompts are rendered with the tokenizer's chat template (generation
+prompt added); those longer than ``max_prompt_length`` tokens are filtered out and counted.
+"""
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from pydantic import Field
+
+from ascent.batch import Batch
+from ascent.data.files import MalformedRow, Row, read_rows
+from ascent.engine.config import Strict
+
+
+class RLDataConfig(Strict):
+    """Prompts for RL, in verl's parquet schema."""
+
+    train_files: list[str] = Field(description="Parquet/JSONL files or datasets directories.")
+    val_files: list[str] = Field(default_factory=list, description="Validation prompts.")
+    prompts_per_step: int = Field(32, ge=1, description="Prompts per RL step (all ranks).")
+    max_prompt_length: int = Field(512, ge=1, description="Longer prompts are filtered out.")
+    chat_template: bool = Field(
+        True, description="Render prompts with the tokenizer's chat template (else raw text)."
+    )
+    shuffle: bool = Field(True, description="Shuffle each epoch (seeded).")
+    seed: int = Field(0, description="Seed of the prompt order.")
+    malformed: Literal["stop", "skip"] = Field(
+        "stop", description="A malformed row stops loading with its location, or is skipped."
+    )
+    val_max_prompts: int | None = Field(
+        None, ge=1, description="Use at most this many validation prompts."
+    )
+
+
+@dataclass(frozen=True)
+class RLPrompt:
+    prompt_ids: list[int]
+    data_source: str
+    ground_truth: Any
+    extra_info: dict = field(default_factory=dict)
+    ability: str | None = None
+
+
+def row_prompt(row: Row, tokenizer: Any, config: RLDataConfig) -> RLPrompt:
+    data = row.data
+    for key in ("data_source", "prompt", "reward_model"):
+        if key not in data or data[key] is None:
+            raise MalformedRow(f"{row.where}: missing field {key!r} (verl schema)")
+    reward_model = data["reward_model"]  # parquet fills a struct's absent keys with None
+    if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
+        raise MalformedRow(f"{row.where}: missing field 'reward_model.ground_truth'")
+    prompt = data["prompt"]
+    if config.chat_template:
+        if isinstance(prompt, str):
+            prompt = [{"role": "user", "content": prompt}]
+        if not isinstance(prompt, list) or not all(
+            isinstance(m, dict) and "role" in m for m in prompt
+        ):
+            raise MalformedRow(f"{row.where}: field 'prompt' must be a list of chat messages")
+        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    else:
+        if not isinstance(prompt, str):
+            raise MalformedRow(f"{row.where}: field 'prompt' must be text when chat_template=false")
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    extra = data.get("extra_info") or {}
+    if not isinstance(extra, dict):
+        raise MalformedRow(f"{row.where}: field 'extra_info' must be a dict")
+    return RLPrompt(
+        list(ids),
+        str(data["data_source"]),
+        data["reward_model"]["ground_truth"],
+        extra,
+        data.get("ability"),
+    )
+
+
+def load_rl_prompts(
+    paths: list[str], tokenizer: Any, config: RLDataConfig
+) -> tuple[list[RLPrompt], Counter]:
+    """Prompts of every row, and counts: rows, kept, too_long, skipped_malformed."""
+    counts: Counter = Counter()
+    prompts = []
+    for row in read_rows(paths):
+        counts["rows"] += 1
+        try:
+            prompt = row_prompt(row, tokenizer, config)
+        except MalformedRow:
+            if config.malformed == "stop":
+                raise
+            counts["skipped_malformed"] += 1
+            continue
+        if len(prompt.prompt_ids) > config.max_prompt_length:
+            counts["too_long"] += 1
+            continue
+        prompts.append(prompt)
+        counts["kept"] += 1
+    return prompts, counts
+
+
+class PromptStream:
+    """An endless, seeded stream of prompts: epoch after epoch, each shuffled by (seed, epoch).
+    Its position (epoch, offset) is all a checkpoint needs to continue it exactly."""
+
+    def __init__(self, prompts: list[RLPrompt], *, shuffle: bool, seed: int) -> None:
+        if not prompts:
+            raise ValueError("no prompts left to train on (check the data and the length filter)")
+        self.prompts, self.shuffle, self.seed = prompts, shuffle, seed
+        self.epoch, self.offset = 0, 0
+
+    def _order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.prompts)))
+        if self.shuffle:
+            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order
+
+    def take(self, count: int) -> list[RLPrompt]:
+        taken: list[RLPrompt] = []
+        while len(taken) < count:
+            order = self._order(self.epoch)
+            stop = min(len(order), self.offset + count - len(taken))
+            taken.extend(self.prompts[i] for i in order[self.offset : stop])
+            self.offset = stop
+            if self.offset == len(order):
+                self.epoch, self.offset = self.epoch + 1, 0
+        return taken
+
+    def state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "offset": self.offset}
+
+    def load_state(self, state: dict[str, int]) -> None:
+        self.epoch, self.offset = state["epoch"], state["offset"]
+
+
+def prompts_batch(prompts: list[RLPrompt], pad_id: int, uid_prefix: str) -> Batch:
+    """``prompts`` (B, P) left-padded with ``prompt_mask``; per-row uid, data_source,
+    ground_truth, extra_info."""
+    width = max(len(p.prompt_ids) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        n = len(prompt.prompt_ids)
+        ids[row, width - n :] = torch.tensor(prompt.prompt_ids)
+        mask[row, width - n :] = 1
+    return Batch.from_dict(
+        {
+            "prompts": ids,
+            "prompt_mask": mask,
+            "uid": [f"{uid_prefix}-{i}" for i in range(len(prompts))],
+            "data_source": [p.data_source for p in prompts],
+            "ground_truth": [p.ground_truth for p in prompts],
+            "extra_info": [p.extra_info for p in prompts],
+        }
+    )

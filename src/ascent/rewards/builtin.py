@@ -1,0 +1,113 @@
+"""Built-in scorers with verl's signature:
+``compute_score(data_source, solution_str, ground_truth, extra_info) -> float | dict``.
+
+Each returns {"score": s, "acc": correct}: 1.0 for a correct final answer, else 0.0.
+
+- gsm8k: the number after the last ``####`` equals the ground truth.
+- math: the last ``\\boxed{}`` is equivalent to the ground truth (math-verify: symbolic and
+  numeric equivalence, LaTeX or plain).
+- arithmetic: the last number in the response equals the ground truth.
+- countdown: ``ground_truth = {"target": t, "numbers": [...]}``; the last equation in
+  ``<answer>...</answer>`` uses each number exactly once and evaluates to t.
+- exact_match: the stripped response equals the stripped ground truth.
+"""
+
+import ast
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ascent.rewards.extract import after_hashes, last_boxed, last_number, same_number
+
+
+def _result(correct: bool) -> dict[str, float]:
+    value = 1.0 if correct else 0.0
+    return {"score": value, "acc": value}
+
+
+def gsm8k(solution: str, ground_truth: Any) -> dict[str, float]:
+    return _result(same_number(after_hashes(solution), str(ground_truth).replace(",", "")))
+
+
+def math(solution: str, ground_truth: Any) -> dict[str, float]:
+    from math_verify import parse, verify
+
+    answer = last_boxed(solution)
+    if answer is None:
+        return _result(False)
+    truth = str(ground_truth)
+    gold = parse(truth if "$" in truth or "\\" in truth else f"${truth}$")
+    guess = parse(f"$\\boxed{{{answer}}}$")
+    return _result(bool(gold) and bool(guess) and verify(gold, guess))
+
+
+def arithmetic(solution: str, ground_truth: Any) -> dict[str, float]:
+    return _result(same_number(last_number(solution), str(ground_truth)))
+
+
+def exact_match(solution: str, ground_truth: Any) -> dict[str, float]:
+    return _result(solution.strip() == str(ground_truth).strip())
+
+
+ANSWER = re.compile(r"<answer>(.*?)</answer>", flags=re.DOTALL)
+
+
+def countdown(solution: str, ground_truth: Any) -> dict[str, float]:
+    answers = ANSWER.findall(solution)
+    if not answers or not isinstance(ground_truth, dict):
+        return _result(False)
+    equation = answers[-1].split("=")[0].strip()
+    if not re.fullmatch(r"[\d\s+\-*/().]+", equation):
+        return _result(False)
+    used = sorted(int(n) for n in re.findall(r"\d+", equation))
+    if used != sorted(int(n) for n in ground_truth["numbers"]):
+        return _result(False)
+    try:
+        value = _evaluate(ast.parse(equation, mode="eval").body)
+    except (ValueError, ZeroDivisionError, SyntaxError):
+        return _result(False)
+    return _result(abs(value - float(ground_truth["target"])) < 1e-6)
+
+
+def _evaluate(node: ast.AST) -> float:
+    """+ - * / on numbers only (no eval of arbitrary code)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return float(node.value)
+    if isinstance(node, ast.BinOp):
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        operations = {ast.Add: left + right, ast.Sub: left - right, ast.Mult: left * right}
+        if isinstance(node.op, ast.Div):
+            return left / right
+        if type(node.op) in operations:
+            return operations[type(node.op)]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_evaluate(node.operand)
+    raise ValueError("not an arithmetic expression")
+
+
+Scorer = Callable[[str, Any], dict[str, float]]
+BUILTIN_SCORERS: dict[str, Scorer] = {
+    "gsm8k": gsm8k,
+    "openai/gsm8k": gsm8k,
+    "math": math,
+    "lighteval/MATH": math,
+    "DigitalLearningGmbH/MATH-lighteval": math,
+    "math_dapo": math,
+    "arithmetic": arithmetic,
+    "countdown": countdown,
+    "exact_match": exact_match,
+}
+
+
+def default_compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None
+) -> dict[str, float]:
+    """The built-in scorer of ``data_source`` (verl's default_compute_score, for these)."""
+    scorer = BUILTIN_SCORERS.get(data_source)
+    if scorer is None:
+        raise KeyError(
+            f"no built-in reward for data_source {data_source!r} (built in: "
+            f"{', '.join(sorted(BUILTIN_SCORERS))}); set reward.function to "
+            "'module:function' or 'file.py:function'"
+        )
+    return scorer(solution_str, ground_truth)

@@ -1,0 +1,153 @@
+"""Scoring a batch: decode each response, call the scoring function in a process pool with a
+per-sample time limit, and turn the results into tensors.
+
+A scorer that raises, runs past ``timeout_s`` (its process is killed and replaced) or returns
+NaN/inf gives score 0 for that sample; the step goes on, the failures are counted in the
+metrics (reward/errors, reward/timeouts, reward/non_finite), and the first one is printed
+with its sample. Exactly one score per sample, checked. A dict result's other numeric keys
+become metrics (``acc`` is the accuracy used by the metrics and the dynamic-sampling filter).
+"""
+
+import math
+from collections.abc import Iterable
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+import torch
+from pydantic import Field
+
+from ascent.batch import Batch
+from ascent.engine.config import Strict
+from ascent.importing import load_object
+from ascent.rewards.call import score_sample
+
+
+class RewardConfig(Strict):
+    """How responses are scored."""
+
+    function: str | None = Field(
+        None,
+        description="'module:function' or 'file.py:function' with verl's compute_score "
+        "signature; None: the built-in scorer of each row's data_source.",
+    )
+    workers: int = Field(
+        2, ge=0, description="Scoring processes (0: in this process, without time limits)."
+    )
+    timeout_s: float = Field(10.0, gt=0, description="Time limit per sample.")
+
+
+class RewardManager:
+    def __init__(self, config: RewardConfig, tokenizer: Any) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        if config.function is not None:  # a typo fails now, not as a run of zero rewards
+            try:
+                if not callable(load_object(config.function)):
+                    raise TypeError("it is not callable")
+            except Exception as error:
+                raise ValueError(f"reward.function={config.function!r}: {error}") from error
+        self.pool = None
+        self.reported_failure = False
+        if config.workers > 0:
+            import multiprocessing
+
+            from pebble import ProcessPool
+
+            self.pool = ProcessPool(
+                max_workers=config.workers, context=multiprocessing.get_context("spawn")
+            )
+
+    def score(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
+        """Adds ``scores`` and ``acc`` (B,), ``token_rewards`` (B, R) (the score on the last
+        response token) and ``reward_extra/<key>`` (B,) fields; returns the counts."""
+        responses = batch["responses"]
+        lengths = batch["attention_mask"][:, -responses.shape[1] :].sum(-1).tolist()
+        texts = self.tokenizer.batch_decode(
+            [row[:n].tolist() for row, n in zip(responses, lengths, strict=True)],
+            skip_special_tokens=True,
+        )
+        calls = [
+            (self.config.function, source, text, truth, extra)
+            for source, text, truth, extra in zip(
+                batch["data_source"], texts, batch["ground_truth"], batch["extra_info"], strict=True
+            )
+        ]
+        outcomes = list(self._run(calls))
+        if len(outcomes) != len(batch):
+            raise RuntimeError(f"{len(outcomes)} rewards for {len(batch)} samples")
+        counts = {"errors": 0.0, "timeouts": 0.0, "non_finite": 0.0}
+        scores, extras = [], []
+        for call, (score, extra, failure) in zip(calls, outcomes, strict=True):
+            if failure is not None:
+                counts[failure[0]] += 1
+                self._report(call, failure[1])
+                score, extra = 0.0, {}
+            scores.append(score)
+            extras.append(extra)
+        failed = [failure for _, _, failure in outcomes if failure is not None]
+        if len(failed) == len(batch) > 1:  # a broken scorer, not a flaky one: stop the run
+            raise RuntimeError(
+                f"reward: the scorer failed on all {len(batch)} samples of the batch (first: "
+                f"{failed[0][1]}); fix reward.function or the data's ground truth"
+            )
+        return self._as_fields(batch, scores, extras, lengths), {
+            f"reward/{k}": v for k, v in counts.items()
+        }
+
+    def _run(self, calls: list[tuple]) -> Iterable[tuple[float, dict, tuple | None]]:
+        if self.pool is None:
+            for call in calls:
+                yield self._checked(lambda call=call: score_sample(*call))
+            return
+        futures = [
+            self.pool.schedule(score_sample, args=call, timeout=self.config.timeout_s)
+            for call in calls
+        ]
+        for future in futures:
+            yield self._checked(future.result)
+
+    @staticmethod
+    def _checked(get: Any) -> tuple[float, dict, tuple | None]:
+        try:
+            score, extra = get()
+        except FutureTimeout:
+            return 0.0, {}, ("timeouts", "ran past the time limit")
+        except Exception as error:
+            return 0.0, {}, ("errors", f"{type(error).__name__}: {error}")
+        if not math.isfinite(score):
+            return 0.0, {}, ("non_finite", f"returned {score}")
+        return score, extra, None
+
+    def _report(self, call: tuple, reason: str) -> None:
+        if self.reported_failure:
+            return
+        self.reported_failure = True
+        _, source, text, truth, _ = call
+        print(
+            f"reward: the scorer failed ({reason}) on a sample of data_source={source!r}, "
+            f"ground_truth={truth!r}, response={text[:200]!r}; it scores 0 and such failures "
+            "are counted in reward/* metrics (reported once per run)"
+        )
+
+    def _as_fields(
+        self, batch: Batch, scores: list[float], extras: list[dict], lengths: list[int]
+    ) -> Batch:
+        width = batch["responses"].shape[1]
+        score_tensor = torch.tensor(scores, dtype=torch.float32)
+        token_rewards = torch.zeros(len(scores), width)
+        last = torch.tensor(lengths).clamp(min=1) - 1
+        token_rewards[torch.arange(len(scores)), last] = score_tensor
+        keys = sorted({k for extra in extras for k in extra})
+        fields = {
+            f"reward_extra/{k}": torch.tensor([e.get(k, math.nan) for e in extras]) for k in keys
+        }
+        accuracy = fields.get("reward_extra/acc", score_tensor)
+        return batch.assign(
+            scores=score_tensor, token_rewards=token_rewards, acc=accuracy.nan_to_num(0.0), **fields
+        )
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool.join()
+            self.pool = None

@@ -1,0 +1,1 @@
+"""The RL trainer: ``ascent train CONFIG key=value ...``."""

@@ -1,0 +1,106 @@
+"""The driver-side algorithm stage: overlong shaping, KL in the reward, advantages, and the
+verl-named metrics of the step's batch."""
+
+import torch
+from torch import Tensor
+
+from ascent.algos import (
+    AdaptiveKLController,
+    AdvantageInputs,
+    FixedKLController,
+    compute_advantages,
+    kl_penalty_in_reward,
+)
+from ascent.algos.overlong import overlong_penalty
+from ascent.batch import Batch
+from ascent.trainer.rl.config import KLSettings, Plan
+
+
+def response_lengths(batch: Batch) -> Tensor:
+    """Generated tokens per row (B,), tool tokens included."""
+    return batch["attention_mask"][:, -batch["responses"].shape[1] :].sum(-1)
+
+
+class AdvantageStage:
+    def __init__(self, plan: Plan, kl: KLSettings, max_response_length: int) -> None:
+        self.plan, self.max_response_length = plan, max_response_length
+        self.controller: FixedKLController | AdaptiveKLController | None = None
+        if plan.kl_mode == "reward":
+            if kl.controller == "adaptive":
+                self.controller = AdaptiveKLController(plan.kl_coef, kl.target, kl.horizon)
+            else:
+                self.controller = FixedKLController(plan.kl_coef)
+
+    def __call__(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
+        plan, mask = self.plan, batch["response_mask"]
+        rewards = batch["token_rewards"]
+        metrics: dict[str, float] = {}
+        if plan.overlong_buffer:
+            lengths = response_lengths(batch)
+            penalty = overlong_penalty(
+                lengths,
+                max_length=self.max_response_length,
+                buffer_length=plan.overlong_buffer,
+            )
+            last = (lengths.clamp(min=1) - 1).unsqueeze(-1)
+            rewards = rewards.scatter_add(1, last, penalty.unsqueeze(-1))
+            metrics["critic/overlong_penalty/mean"] = float(penalty.mean())
+        if self.controller is not None:
+            rewards, kl_metrics = kl_penalty_in_reward(
+                rewards,
+                batch["old_log_probs"],
+                batch["ref_log_probs"],
+                mask,
+                beta=self.controller.value,
+                estimator=plan.kl_estimator,
+            )
+            metrics["actor/reward_kl_penalty"] = float(kl_metrics["kl"])
+            metrics["actor/reward_kl_penalty_coeff"] = self.controller.value
+            self.controller.update(float(kl_metrics["kl"]), len(batch))
+        inputs = AdvantageInputs(
+            token_rewards=rewards,
+            response_mask=mask,
+            group_ids=batch.group_ids("uid"),
+            values=batch.get("values"),
+            baseline_scores=batch.get("baseline_scores"),
+        )
+        result = compute_advantages(plan.estimator, inputs, **plan.estimator_params)
+        batch = batch.assign(rewards=rewards, advantages=result.advantages, returns=result.returns)
+        return batch, metrics | batch_metrics(batch)
+
+
+def _stats(name: str, values: Tensor) -> dict[str, float]:
+    if values.numel() == 0:
+        return {}
+    values = values.float()
+    return {
+        f"{name}/mean": float(values.mean()),
+        f"{name}/max": float(values.max()),
+        f"{name}/min": float(values.min()),
+    }
+
+
+def batch_metrics(batch: Batch) -> dict[str, float]:
+    """verl's names: critic/score, critic/rewards, critic/advantages, critic/returns,
+    critic/values, response_length (with clip_ratio), prompt_length, plus accuracy."""
+    mask = batch["response_mask"].bool()
+    lengths = response_lengths(batch)
+    width = batch["responses"].shape[1]
+    metrics = {
+        **_stats("critic/score", batch["scores"]),
+        **_stats("critic/rewards", (batch["rewards"] * mask).sum(-1)),
+        **_stats("critic/advantages", batch["advantages"][mask]),
+        **_stats("critic/returns", batch["returns"][mask]),
+        **_stats("response_length", lengths),
+        "response_length/clip_ratio": float((lengths >= width).float().mean()),
+        **_stats("prompt_length", batch["prompt_mask"].sum(-1)),
+        "critic/acc/mean": float(batch["acc"].mean()),
+    }
+    if "values" in batch:
+        metrics |= _stats("critic/values", batch["values"][mask])
+    for key in batch.keys():  # noqa: SIM118 - iterating a Batch is an error, keys() is not
+        if key.startswith("reward_extra/") and key != "reward_extra/acc":
+            values = batch[key][~torch.isnan(batch[key])]
+            if values.numel():
+                metrics[f"reward/{key.removeprefix('reward_extra/')}/mean"] = float(values.mean())
+    return metrics

@@ -1,0 +1,306 @@
+"""The RL config tree (``ascent train``), and the plan derived from it and checked at start."""
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from ascent.algos.advantages import ADVANTAGE_ESTIMATORS
+from ascent.algos.kl import kl_estimate
+from ascent.algos.losses import POLICY_LOSSES
+from ascent.algos.types import AggregationMode
+from ascent.data.rl import RLDataConfig
+from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, Strict
+from ascent.rewards.manager import RewardConfig
+from ascent.trainer.rl.presets import PRESETS
+from ascent.trainer.settings import ResourcesConfig, resume_setting
+from ascent.trainer.tracking import TrackingConfig
+from ascent.workers.config import RolloutCorrectionSettings
+
+
+class RolloutSettings(Strict):
+    """Generation."""
+
+    engine: Literal["native", "transformers"] = Field("native", description="Rollout engine.")
+    samples_per_prompt: int = Field(8, ge=1, description="Responses sampled per prompt (group).")
+    temperature: float = Field(
+        1.0, gt=0, description="Sampling temperature (the trainer uses it too)."
+    )
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    top_k: int = Field(0, ge=0, description="Top-k sampling (0: off).")
+    max_response_length: int = Field(512, ge=1, description="New tokens per response.")
+    stop: list[str] = Field(default_factory=list, description="Stop strings (EOS always stops).")
+    max_num_seqs: int = Field(256, ge=1, description="Sequences decoded at once per rank.")
+    kv_cache_bytes: int | None = Field(None, gt=0, description="KV cache budget per rank.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Generation dtype."
+    )
+    cuda_graphs: bool = Field(True, description="CUDA graphs for decode steps (CUDA only).")
+    resources: ResourcesConfig | None = Field(
+        None, description="Own devices for the rollout; None: colocated with the actor."
+    )
+    weight_bucket_bytes: int = Field(
+        512 * 2**20, ge=1, description="Weight transfer bucket (own devices)."
+    )
+
+
+class ActorSettings(Strict):
+    """The policy update."""
+
+    prompts_per_update: int | None = Field(
+        None, ge=1, description="Prompts per optimiser step (mini-batch); None: all of a step."
+    )
+    epochs_per_step: int = Field(1, ge=1, description="Passes over each step's batch.")
+    tokens_per_micro_batch: int = Field(
+        8192, ge=1, description="Token budget per forward/backward."
+    )
+    optim: OptimConfig = Field(OptimConfig(lr=1e-6), description="Optimiser (OptimConfig).")
+    fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
+    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus weight.")
+    recompute_log_probs: Literal["auto", "always"] = Field(
+        "auto",
+        description="Recompute the batch's log-probs under the current policy before the "
+        "update; auto skips it when the update is one on-policy optimiser step (they equal "
+        "the update's own first forward) and KL is not in the reward.",
+    )
+    rollout_correction: RolloutCorrectionSettings = Field(
+        RolloutCorrectionSettings(), description="Rollout/trainer mismatch weights."
+    )
+
+
+class CriticSettings(Strict):
+    """The value model (algorithms with GAE: ppo, vapo)."""
+
+    model: ModelConfig | None = Field(None, description="Backbone; None: the policy checkpoint.")
+    optim: OptimConfig = Field(OptimConfig(lr=1e-5), description="Optimiser (OptimConfig).")
+    fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
+    value_clip: float | None = Field(0.5, gt=0, description="Clip range around old values.")
+    prompts_per_update: int | None = Field(None, ge=1, description="Prompts per optimiser step.")
+    epochs_per_step: int = Field(1, ge=1, description="Passes over each step's batch.")
+    tokens_per_micro_batch: int = Field(8192, ge=1, description="Token budget per forward.")
+    warmup_steps: int = Field(0, ge=0, description="Steps that train only the critic.")
+
+
+class KLSettings(Strict):
+    """The KL to the reference policy; None fields come from the algorithm preset."""
+
+    mode: Literal["none", "loss", "reward"] | None = Field(
+        None, description="As a loss, in the reward, or off."
+    )
+    coef: float | None = Field(None, ge=0, description="Coefficient (initial, if adaptive).")
+    estimator: str | None = Field(None, description="k1, abs, k2, k3, k1+, k3+ (verl names too).")
+    controller: Literal["fixed", "adaptive"] = Field(
+        "fixed", description="KL-in-reward controller."
+    )
+    target: float = Field(0.1, gt=0, description="Adaptive controller's target KL.")
+    horizon: float = Field(10000.0, gt=0, description="Adaptive controller's horizon (samples).")
+
+
+class AlgorithmSettings(Strict):
+    """Which algorithm, and overrides of what its preset sets."""
+
+    name: Literal[tuple(PRESETS)] = Field(
+        "grpo", description="Preset; see ascent.trainer.rl.presets."
+    )
+    estimator: str | None = Field(None, description="Advantage estimator (name or import path).")
+    estimator_params: dict[str, Any] = Field(default_factory=dict, description="Its parameters.")
+    loss: str | None = Field(None, description="Policy loss (name or import path).")
+    loss_params: dict[str, Any] = Field(default_factory=dict, description="Its parameters.")
+    aggregation: AggregationMode | None = Field(None, description="Loss aggregation mode.")
+    kl: KLSettings = Field(KLSettings(), description="KL to the reference (KLSettings).")
+    dynamic_sampling: bool | None = Field(
+        None, description="Drop groups whose accuracy does not vary, refill with new prompts."
+    )
+    max_generation_rounds: int = Field(
+        4, ge=1, description="Refill rounds per step (dynamic sampling)."
+    )
+    overlong_buffer: int | None = Field(
+        None,
+        ge=1,
+        description="Overlong shaping zone in tokens (default for dapo: 1/4 of the length).",
+    )
+    overlong_penalty: float = Field(1.0, ge=0, description="Penalty at the length limit.")
+
+
+class RLTrainerSettings(Strict):
+    """The loop."""
+
+    run_dir: str = Field("runs/rl", description="Checkpoints, metrics, generations, export.")
+    total_steps: int | None = Field(None, ge=1, description="RL steps; None: data.epochs worth.")
+    epochs: int = Field(1, ge=1, description="Passes over the prompts when total_steps is None.")
+    val_every: int = Field(10, ge=0, description="Validate every N steps (0: never).")
+    val_at_start: bool = Field(True, description="Validate before the first step.")
+    save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0: at the end only).")
+    keep_last: int | None = Field(2, ge=1, description="Checkpoints kept (None: all).")
+    resume: str = Field("auto", description="auto (newest checkpoint of run_dir), off, or a path.")
+    export: bool = Field(True, description="Write the final policy as a transformers checkpoint.")
+    seed: int = Field(0, description="Seed of sampling and data order.")
+    progress_bar: bool = Field(True, description="Show a progress bar with ETA.")
+    log_generations: int = Field(
+        4, ge=0, description="Generations per step written to generations.jsonl."
+    )
+    dump_rollouts: str | None = Field(None, description="Save each step's scored batch here.")
+    replay_rollouts: str | None = Field(None, description="Train on saved batches, no generation.")
+
+    @field_validator("resume", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        return resume_setting(value)
+
+
+class RLConfig(Strict):
+    """Reinforcement learning, the whole run."""
+
+    model: ModelConfig = Field(description="The policy checkpoint (ModelConfig).")
+    data: RLDataConfig = Field(description="Prompts (RLDataConfig).")
+    rollout: RolloutSettings = Field(RolloutSettings(), description="Generation (RolloutSettings).")
+    actor: ActorSettings = Field(ActorSettings(), description="Policy update (ActorSettings).")
+    critic: CriticSettings = Field(CriticSettings(), description="Value model (CriticSettings).")
+    algorithm: AlgorithmSettings = Field(
+        AlgorithmSettings(), description="Algorithm (AlgorithmSettings)."
+    )
+    reward: RewardConfig = Field(RewardConfig(), description="Scoring (RewardConfig).")
+    trainer: RLTrainerSettings = Field(
+        RLTrainerSettings(), description="The loop (RLTrainerSettings)."
+    )
+    resources: ResourcesConfig = Field(ResourcesConfig(), description="Devices (ResourcesConfig).")
+    tracking: TrackingConfig = Field(TrackingConfig(), description="Metric sinks (TrackingConfig).")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything derived from the config; checked before any worker starts."""
+
+    estimator: str
+    estimator_params: dict[str, Any]
+    loss: str
+    loss_params: dict[str, Any]
+    aggregation: str
+    kl_mode: str
+    kl_coef: float
+    kl_estimator: str
+    critic: bool
+    reference: bool
+    recompute_log_probs: bool
+    dynamic_sampling: bool
+    overlong_buffer: int | None
+    greedy_baseline: bool
+    samples_per_step: int
+    actor_mini_batches: int
+    critic_mini_batches: int
+
+    def describe(self, config: RLConfig) -> str:
+        """The step plan, printed at start."""
+        d, r, a = config.data, config.rollout, config.actor
+        kl = f"KL {self.kl_mode}"
+        if self.kl_mode != "none":
+            kl += f" ({self.kl_estimator}, coef {self.kl_coef})"
+        roles = ["actor", "rollout"] + ["reference"] * self.reference + ["critic"] * self.critic
+        extras = []
+        if self.dynamic_sampling:
+            extras.append(f"dynamic sampling ({config.algorithm.max_generation_rounds} rounds)")
+        if self.overlong_buffer:
+            extras.append(f"overlong shaping over the last {self.overlong_buffer} tokens")
+        lines = [
+            f"algorithm {config.algorithm.name}: estimator {self.estimator} "
+            f"{self.estimator_params or ''}",
+            f"  loss {self.loss} {self.loss_params or ''}, aggregation {self.aggregation}, {kl}",
+            f"  roles: {', '.join(roles)}" + (f"; {'; '.join(extras)}" if extras else ""),
+            f"step: {d.prompts_per_step} prompts x {r.samples_per_prompt} samples = "
+            f"{self.samples_per_step} responses of up to {r.max_response_length} tokens "
+            f"on {config.resources.world_size} rank(s)",
+            f"  actor: {a.epochs_per_step} epoch(s) x {self.actor_mini_batches} optimiser "
+            f"step(s), micro-batches of <= {a.tokens_per_micro_batch} tokens; old log-probs "
+            + ("recomputed" if self.recompute_log_probs else "from the update (on-policy)"),
+        ]
+        if self.critic:
+            lines.append(
+                f"  critic: {config.critic.epochs_per_step} epoch(s) x "
+                f"{self.critic_mini_batches} optimiser step(s)"
+            )
+        return "\n".join(lines)
+
+
+def make_plan(config: RLConfig) -> Plan:
+    """Resolve the preset and the overrides; check batch-size divisibility with a clear error."""
+    a, preset = config.algorithm, PRESETS[config.algorithm.name]
+    estimator = a.estimator or preset.estimator
+    kl_mode = a.kl.mode or preset.kl_mode
+    dynamic = preset.dynamic_sampling if a.dynamic_sampling is None else a.dynamic_sampling
+    overlong = a.overlong_buffer
+    if overlong is None and preset.overlong_shaping:
+        overlong = max(1, config.rollout.max_response_length // 4)
+    prompts = config.data.prompts_per_step
+    samples = prompts * config.rollout.samples_per_prompt
+    world = config.resources.world_size
+
+    def mini_batches(role: str, per_update: int | None) -> int:
+        per_update = per_update or prompts
+        if prompts % per_update:
+            raise ValueError(
+                f"data.prompts_per_step={prompts} must be a multiple of "
+                f"{role}.prompts_per_update={per_update}"
+            )
+        count = prompts // per_update
+        if samples % (world * count):
+            raise ValueError(
+                f"{samples} responses per step ({prompts} prompts x "
+                f"{config.rollout.samples_per_prompt} samples) must split into {count} "
+                f"mini-batches on {world} rank(s): make prompts_per_step x samples_per_prompt "
+                f"a multiple of {world * count}"
+            )
+        return count
+
+    _check_names(estimator, a.loss or preset.loss, a.kl.estimator or preset.kl_estimator)
+    rollout_world = (config.rollout.resources or config.resources).world_size
+    if prompts % rollout_world:
+        raise ValueError(
+            f"data.prompts_per_step={prompts} must be a multiple of the rollout's {rollout_world} "
+            "rank(s) (each generates an equal share of the prompts)"
+        )
+    return Plan(
+        estimator=estimator,
+        estimator_params={
+            **(preset.estimator_params if a.estimator is None else {}),
+            **a.estimator_params,
+        },
+        loss=a.loss or preset.loss,
+        loss_params={**(preset.loss_params if a.loss is None else {}), **a.loss_params},
+        aggregation=a.aggregation or preset.aggregation,
+        kl_mode=kl_mode,
+        kl_coef=a.kl.coef
+        if a.kl.coef is not None
+        else (preset.kl_coef if kl_mode != "none" else 0.0),
+        kl_estimator=a.kl.estimator or preset.kl_estimator,
+        critic=estimator == "gae",
+        reference=kl_mode != "none",
+        recompute_log_probs=config.actor.recompute_log_probs == "always"
+        or kl_mode == "reward"
+        or config.actor.epochs_per_step > 1
+        or (config.actor.prompts_per_update or prompts) < prompts,
+        dynamic_sampling=dynamic,
+        overlong_buffer=overlong,
+        greedy_baseline=estimator == "remax",
+        samples_per_step=samples,
+        actor_mini_batches=mini_batches("actor", config.actor.prompts_per_update),
+        critic_mini_batches=mini_batches("critic", config.critic.prompts_per_update),
+    )
+
+
+def _check_names(estimator: str, loss: str, kl_estimator: str) -> None:
+    """Unknown names (or unloadable import paths) fail before any worker starts."""
+    import torch
+
+    for field, registry, name in (
+        ("algorithm.estimator", ADVANTAGE_ESTIMATORS, estimator),
+        ("algorithm.loss", POLICY_LOSSES, loss),
+    ):
+        try:
+            registry.get(name)
+        except Exception as error:
+            raise ValueError(f"{field}: {error}") from error
+    try:
+        zero = torch.zeros(1, 1)
+        kl_estimate(zero, zero, torch.ones(1, 1, dtype=torch.bool), kl_estimator)
+    except ValueError as error:
+        raise ValueError(f"algorithm.kl.estimator: {error}") from error

@@ -1,0 +1,114 @@
+"""The worker configs of a run, built from the RL config and its plan, and the groups."""
+
+from ascent.controller import Role, WorkerGroup, spawn_groups
+from ascent.engine.config import ModelConfig
+from ascent.rollout import RolloutConfig, RolloutWorker
+from ascent.rollout.types import SamplingParams
+from ascent.trainer.rl.config import Plan, RLConfig
+from ascent.workers import (
+    ActorConfig,
+    ActorWorker,
+    CriticConfig,
+    CriticWorker,
+    PolicyLossSettings,
+    ReferenceConfig,
+    ReferenceWorker,
+)
+
+
+def actor_config(config: RLConfig, plan: Plan) -> ActorConfig:
+    a = config.actor
+    return ActorConfig(
+        model=config.model,
+        optim=a.optim,
+        fsdp=a.fsdp,
+        loss=PolicyLossSettings(name=plan.loss, params=plan.loss_params),
+        aggregation=plan.aggregation,
+        entropy_coef=a.entropy_coef,
+        kl_coef=plan.kl_coef if plan.kl_mode == "loss" else 0.0,
+        kl_estimator=plan.kl_estimator,
+        temperature=config.rollout.temperature,  # the trainer scores tokens as they were sampled
+        max_response_length=config.rollout.max_response_length,
+        rollout_correction=a.rollout_correction,
+        epochs=a.epochs_per_step,
+        mini_batches=plan.actor_mini_batches,
+        tokens_per_micro_batch=a.tokens_per_micro_batch,
+    )
+
+
+def critic_config(config: RLConfig, plan: Plan) -> CriticConfig:
+    c = config.critic
+    base = ModelConfig(
+        path=config.model.path,
+        trust_remote_code=config.model.trust_remote_code,
+        attn_implementation=config.model.attn_implementation,
+        gradient_checkpointing=config.model.gradient_checkpointing,
+    )
+    return CriticConfig(
+        model=c.model or base,
+        optim=c.optim,
+        fsdp=c.fsdp,
+        value_clip=c.value_clip,
+        aggregation=plan.aggregation,
+        epochs=c.epochs_per_step,
+        mini_batches=plan.critic_mini_batches,
+        tokens_per_micro_batch=c.tokens_per_micro_batch,
+    )
+
+
+def reference_config(config: RLConfig) -> ReferenceConfig:
+    model = config.model.model_copy(update={"lora": None, "gradient_checkpointing": False})
+    return ReferenceConfig(
+        model=model,
+        fsdp=config.actor.fsdp,
+        tokens_per_micro_batch=config.actor.tokens_per_micro_batch,
+        temperature=config.rollout.temperature,
+    )
+
+
+def rollout_config(config: RLConfig, colocated: bool) -> RolloutConfig:
+    r = config.rollout
+    return RolloutConfig(
+        model=config.model.model_copy(update={"lora": None}),
+        engine=r.engine,
+        sampling=SamplingParams(
+            n=r.samples_per_prompt,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            max_new_tokens=r.max_response_length,
+            stop=r.stop,
+            seed=config.trainer.seed,
+        ),
+        max_num_seqs=r.max_num_seqs,
+        max_model_len=config.data.max_prompt_length + r.max_response_length,
+        kv_cache_bytes=r.kv_cache_bytes,
+        dtype=r.dtype,
+        free_cache_after_generate=colocated,
+        cuda_graphs=r.cuda_graphs,
+    )
+
+
+def spawn_roles(config: RLConfig, plan: Plan) -> dict[str, WorkerGroup]:
+    """actor (+ reference, critic, and the rollout when colocated) on the main pool; the
+    rollout on its own pool when ``rollout.resources`` is set."""
+    colocated = config.rollout.resources is None
+    roles = {"actor": Role(ActorWorker, args=(actor_config(config, plan),))}
+    if plan.reference and config.model.lora is None:  # with LoRA the actor is its own reference
+        roles["reference"] = Role(ReferenceWorker, args=(reference_config(config),))
+    if plan.critic:
+        roles["critic"] = Role(CriticWorker, args=(critic_config(config, plan),))
+    if colocated:
+        roles["rollout"] = Role(RolloutWorker, args=(rollout_config(config, True),))
+    options = {"backend": config.resources.backend, "ray_address": config.resources.ray_address}
+    groups = spawn_groups(roles, config.resources.pool(), **options)
+    if not colocated:
+        own = config.rollout.resources
+        separate = spawn_groups(
+            {"rollout": Role(RolloutWorker, args=(rollout_config(config, False),))},
+            own.pool(),
+            backend=own.backend,
+            ray_address=own.ray_address or config.resources.ray_address,
+        )
+        groups["rollout"] = separate["rollout"]
+    return groups

@@ -1,0 +1,226 @@
+"""Everything a run holds besides the loop: data, roles, rewards, the algorithm stage,
+tracking, checkpoints and resume, validation, and the stages the loop calls."""
+
+import json
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from ascent.algos.group_filter import groups_with_signal
+from ascent.batch import Batch
+from ascent.config import dump_config
+from ascent.data.rl import PromptStream, load_rl_prompts, prompts_batch
+from ascent.models.loading import load_tokenizer
+from ascent.rewards.manager import RewardManager
+from ascent.rollout import sync_weights
+from ascent.trainer.checkpoints import Checkpoints
+from ascent.trainer.rl.advantage import AdvantageStage, response_lengths
+from ascent.trainer.rl.config import RLConfig, make_plan
+from ascent.trainer.rl.roles import spawn_roles
+from ascent.trainer.tracking import Tracker
+
+CONSOLE = [
+    "critic/score/mean",
+    "critic/acc/mean",
+    "actor/pg_loss",
+    "actor/entropy",
+    "actor/grad_norm",
+    "actor/ppo_kl",
+    "critic/vf_loss",
+    "response_length/mean",
+    "timing_s/step",
+    "val/",
+]
+
+
+class RLRun:
+    def __init__(self, config: RLConfig) -> None:
+        self.config, self.plan = config, make_plan(config)
+        cfg = config.trainer
+        self.run_dir = Path(cfg.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        dump_config(config, self.run_dir / "config.yaml")
+        print(self.plan.describe(config))
+        self.tokenizer = load_tokenizer(
+            config.model.path, trust_remote_code=config.model.trust_remote_code
+        )
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        train, counts = load_rl_prompts(config.data.train_files, self.tokenizer, config.data)
+        self.val_prompts, val_counts = load_rl_prompts(
+            config.data.val_files, self.tokenizer, config.data
+        )
+        self.val_prompts = self.val_prompts[: config.data.val_max_prompts]
+        print(f"prompts: train {dict(counts)}; validation {dict(val_counts)}")
+        self.stream = PromptStream(train, shuffle=config.data.shuffle, seed=config.data.seed)
+        per_epoch = max(1, len(train) // config.data.prompts_per_step)
+        self.total_steps = cfg.total_steps or per_epoch * cfg.epochs
+        self.rewards = RewardManager(config.reward, self.tokenizer)
+        self.algorithm = AdvantageStage(
+            self.plan, config.algorithm.kl, config.rollout.max_response_length
+        )
+        self.checkpoints = Checkpoints(self.run_dir, keep_last=cfg.keep_last)
+        self.groups = spawn_roles(config, self.plan)
+        self.actor, self.rollout = self.groups["actor"], self.groups["rollout"]
+        self.critic, self.reference = self.groups.get("critic"), self.groups.get("reference")
+        self.tracker = Tracker(
+            self.run_dir, config.tracking, config.model_dump(mode="json"), console_keys=CONSOLE
+        )
+        self.timings: dict[str, float] = {}
+        self.start_step = self._resume()
+
+    # -- stages the loop calls --------------------------------------------------------------
+
+    @contextmanager
+    def timer(self, stage: str) -> Iterator[None]:
+        began = time.perf_counter()
+        yield
+        self.timings[f"timing_s/{stage}"] = time.perf_counter() - began
+
+    def collect(self, step: int) -> tuple[Batch, dict[str, float]]:
+        """The step's scored responses: generated and scored (with dynamic sampling's refills
+        and ReMax's greedy baselines), or replayed from disk."""
+        cfg = self.config
+        if cfg.trainer.replay_rollouts:
+            path = Path(cfg.trainer.replay_rollouts) / f"step_{step + 1:08d}"
+            if not path.exists():
+                raise FileNotFoundError(f"replay: no saved batch for step {step + 1} at {path}")
+            return Batch.load(path), {}
+        kept, metrics = [], defaultdict(float)
+        groups_wanted = cfg.data.prompts_per_step
+        for round_index in range(
+            cfg.algorithm.max_generation_rounds if self.plan.dynamic_sampling else 1
+        ):
+            prompts = prompts_batch(
+                self.stream.take(groups_wanted), self.pad_id, f"{step + 1}.{round_index}"
+            )
+            seed = cfg.trainer.seed * 1_000_003 + step * 101 + round_index
+            with self.timer("gen"):
+                batch = self.rollout.generate(prompts, sampling={"seed": seed})
+            with self.timer("reward"):
+                batch, counts = self.rewards.score(batch)
+                if self.plan.greedy_baseline:
+                    batch = batch.assign(baseline_scores=self._greedy_scores(prompts, seed))
+            for key, value in counts.items():
+                metrics[key] += value
+            if not self.plan.dynamic_sampling:
+                kept = [batch]
+                break
+            kept.append(batch.index(groups_with_signal(batch["acc"], batch.group_ids("uid"))))
+            if sum(len(b) for b in kept) >= groups_wanted * cfg.rollout.samples_per_prompt:
+                break
+        batch = self._trimmed(Batch.concat(kept) if len(kept) > 1 else kept[0], metrics)
+        if cfg.trainer.dump_rollouts:
+            batch.save(Path(cfg.trainer.dump_rollouts) / f"step_{step + 1:08d}", overwrite=True)
+        return batch, dict(metrics)
+
+    def _greedy_scores(self, prompts: Batch, seed: int) -> torch.Tensor:
+        greedy = self.rollout.generate(prompts, sampling={"n": 1, "temperature": 0.0, "seed": seed})
+        scores = self.rewards.score(greedy)[0]["scores"]
+        return scores.repeat_interleave(self.config.rollout.samples_per_prompt)
+
+    def _trimmed(self, batch: Batch, metrics: dict) -> Batch:
+        """Dynamic sampling: whole groups, as many as the step wants and the ranks can split."""
+        if not self.plan.dynamic_sampling:
+            return batch
+        n = self.config.rollout.samples_per_prompt
+        unit = self.config.resources.world_size * self.plan.actor_mini_batches
+        groups = min(len(batch) // n, self.config.data.prompts_per_step)
+        while groups and (groups * n) % unit:
+            groups -= 1
+        metrics["dynamic_sampling/groups"] = float(groups)
+        if groups < self.config.data.prompts_per_step:
+            print(f"dynamic sampling: only {groups} group(s) with signal after the refill rounds")
+        return batch.index(slice(0, groups * n))
+
+    def sync_rollout(self) -> None:
+        if self.config.rollout.resources is None:
+            self.rollout.sync_from_colocated("actor")
+        else:
+            sync_weights(self.actor, self.rollout, self.config.rollout.weight_bucket_bytes)
+
+    def validate(self) -> dict[str, float]:
+        """Greedy answers to the validation prompts: val/<data_source>/acc and /score."""
+        if not self.val_prompts:
+            return {}
+        world = self.rollout.dp_size
+        prompts = self.val_prompts + self.val_prompts[: -len(self.val_prompts) % world]
+        batch = self.rollout.generate(
+            prompts_batch(prompts, self.pad_id, "val"), sampling={"n": 1, "temperature": 0.0}
+        )
+        scored, _ = self.rewards.score(batch.index(slice(0, len(self.val_prompts))))
+        by_source: dict[str, list[int]] = defaultdict(list)
+        for row, source in enumerate(scored["data_source"]):
+            by_source[source].append(row)
+        metrics = {}
+        for source, rows in by_source.items():
+            metrics[f"val/{source}/acc"] = float(scored["acc"][rows].mean())
+            metrics[f"val/{source}/score"] = float(scored["scores"][rows].mean())
+        return metrics
+
+    def log(self, step: int, batch: Batch, metrics: dict[str, float], printer: object) -> None:
+        if "actor/rollout_mismatch_k3" in metrics:  # rollout vs trainer log-probs, verl's name
+            metrics["rollout/mismatch_kl"] = metrics["actor/rollout_mismatch_k3"]
+        tokens = float(batch["attention_mask"].sum())
+        metrics |= self.timings | {
+            "perf/throughput": tokens / max(self.timings.get("timing_s/step", math.inf), 1e-9)
+        }
+        self.tracker.log(metrics, step, printer=printer)
+        self.timings = {}
+        if self.config.trainer.log_generations:
+            rows = range(min(self.config.trainer.log_generations, len(batch)))
+            lengths = response_lengths(batch).tolist()
+            with open(self.run_dir / "generations.jsonl", "a") as out:
+                for row in rows:
+                    prompt = batch["prompts"][row][batch["prompt_mask"][row].bool()].tolist()
+                    response = batch["responses"][row][: lengths[row]].tolist()
+                    record = {
+                        "step": step,
+                        "data_source": batch["data_source"][row],
+                        "prompt": self.tokenizer.decode(prompt),
+                        "response": self.tokenizer.decode(response),
+                        "score": float(batch["scores"][row]),
+                        "ground_truth": batch["ground_truth"][row],
+                    }
+                    out.write(json.dumps(record, default=str) + "\n")
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def save(self, step: int) -> Path:
+        def write_roles(directory: Path) -> None:
+            self.actor.save_checkpoint(str(directory / "actor"))
+            if self.critic is not None:
+                self.critic.save_checkpoint(str(directory / "critic"))
+
+        state = {"data": self.stream.state()}
+        if self.algorithm.controller is not None:
+            state["kl_controller"] = self.algorithm.controller.state_dict()
+        return self.checkpoints.save(step, write_roles, state)
+
+    def _resume(self) -> int:
+        setting = self.config.trainer.resume
+        if setting == "off":
+            return 0
+        checkpoint = self.checkpoints.latest() if setting == "auto" else Path(setting)
+        if checkpoint is None:
+            return 0
+        state = Checkpoints.state(checkpoint)
+        self.actor.load_checkpoint(str(checkpoint / "actor"))
+        if self.critic is not None:
+            self.critic.load_checkpoint(str(checkpoint / "critic"))
+        self.stream.load_state(state["data"])
+        if self.algorithm.controller is not None and "kl_controller" in state:
+            self.algorithm.controller.load_state_dict(state["kl_controller"])
+        self.sync_rollout()
+        print(f"resumed from {checkpoint} at step {state['step']}")
+        return state["step"]
+
+    def close(self) -> None:
+        self.tracker.close()
+        self.rewards.close()
+        for group in {id(g.hosts): g for g in self.groups.values()}.values():  # colocated share
+            group.shutdown()

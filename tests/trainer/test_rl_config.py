@@ -1,0 +1,108 @@
+"""The RL config resolves every preset into a plan that names real estimators and losses, and
+rejects impossible batch sizes and unknown names before any worker starts."""
+
+import pytest
+
+from ascent.algos.advantages import ADVANTAGE_ESTIMATORS
+from ascent.algos.losses import POLICY_LOSSES
+from ascent.config import ConfigError, load_config
+from ascent.trainer.rl.config import RLConfig, make_plan
+from ascent.trainer.rl.presets import PRESETS
+
+BASE = ["model.path=/m", "data.train_files=[t.parquet]"]
+
+
+def plan_for(*overrides: str):
+    config = load_config(RLConfig, None, [*BASE, *overrides])
+    return config, make_plan(config)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_resolves_to_registered_pieces(name):
+    config, plan = plan_for(f"algorithm.name={name}")
+    ADVANTAGE_ESTIMATORS.get(plan.estimator)
+    POLICY_LOSSES.get(plan.loss)
+    assert plan.critic == (plan.estimator == "gae")
+    assert plan.reference == (plan.kl_mode != "none")
+    assert plan.greedy_baseline == (name == "remax")
+    assert name in plan.describe(config)
+
+
+def test_presets_set_what_their_papers_use():
+    _, ppo = plan_for("algorithm.name=ppo")
+    assert ppo.critic and not ppo.reference and ppo.estimator == "gae"
+    _, grpo = plan_for("algorithm.name=grpo")
+    assert (grpo.kl_mode, grpo.kl_estimator, grpo.kl_coef) == ("loss", "k3", 0.001)
+    assert grpo.reference and not grpo.critic
+    _, dapo = plan_for("algorithm.name=dapo", "rollout.max_response_length=100")
+    assert dapo.dynamic_sampling and dapo.overlong_buffer == 25
+    assert dapo.loss_params == {"clip_low": 0.2, "clip_high": 0.28}
+    assert dapo.aggregation == "token-mean" and not dapo.reference
+    _, drgrpo = plan_for("algorithm.name=drgrpo")
+    assert drgrpo.aggregation == "seq-mean-token-sum-norm"
+    _, vapo = plan_for("algorithm.name=vapo")
+    assert vapo.critic and vapo.estimator_params["critic_lam"] == 1.0
+
+
+def test_overrides_win_over_the_preset():
+    _, plan = plan_for(
+        "algorithm.name=dapo",
+        "algorithm.dynamic_sampling=false",
+        "algorithm.overlong_buffer=7",
+        "algorithm.loss=gspo",
+        "algorithm.kl.mode=reward",
+        "algorithm.kl.estimator=k1",
+    )
+    assert not plan.dynamic_sampling and plan.overlong_buffer == 7
+    # a different loss drops the preset's loss parameters (they belong to the ppo loss)
+    assert plan.loss == "gspo" and plan.loss_params == {}
+    assert plan.kl_mode == "reward" and plan.reference and plan.kl_estimator == "k1"
+    _, grpo_no_kl = plan_for("algorithm.kl.mode=none")
+    assert not grpo_no_kl.reference and grpo_no_kl.kl_coef == 0.0
+    _, with_critic = plan_for("algorithm.estimator=gae")
+    assert with_critic.critic
+
+
+def test_old_log_probs_are_recomputed_only_when_the_update_is_off_policy():
+    assert not plan_for()[1].recompute_log_probs  # one on-policy optimiser step
+    assert plan_for("actor.recompute_log_probs=always")[1].recompute_log_probs
+    assert plan_for("actor.epochs_per_step=2")[1].recompute_log_probs
+    assert plan_for("data.prompts_per_step=8", "actor.prompts_per_update=4")[1].recompute_log_probs
+    assert plan_for("algorithm.kl.mode=reward")[1].recompute_log_probs
+
+
+def test_mini_batches_follow_prompts_per_update():
+    _, plan = plan_for(
+        "data.prompts_per_step=8", "rollout.samples_per_prompt=4", "actor.prompts_per_update=2"
+    )
+    assert plan.samples_per_step == 32 and plan.actor_mini_batches == 4
+    assert plan.critic_mini_batches == 1
+
+
+def test_indivisible_batch_sizes_fail_with_the_fields_named():
+    with pytest.raises(ValueError, match=r"prompts_per_step=6 must be a multiple of actor\."):
+        plan_for("data.prompts_per_step=6", "actor.prompts_per_update=4")
+    with pytest.raises(ValueError, match=r"critic\.prompts_per_update=4"):
+        plan_for("data.prompts_per_step=6", "critic.prompts_per_update=4")
+    with pytest.raises(ValueError, match=r"split into 4 mini-batches on 2 rank"):
+        plan_for(
+            "data.prompts_per_step=4",
+            "rollout.samples_per_prompt=1",
+            "actor.prompts_per_update=1",
+            "resources.devices_per_node=2",
+        )
+    with pytest.raises(ValueError, match=r"multiple of the rollout's 2 rank"):
+        plan_for("data.prompts_per_step=3", "resources.devices_per_node=2")
+
+
+def test_unknown_names_fail_before_any_worker_starts():
+    with pytest.raises(ValueError, match=r"algorithm\.estimator: .*grpoo"):
+        plan_for("algorithm.estimator=grpoo")
+    with pytest.raises(ValueError, match=r"algorithm\.loss: .*pp0"):
+        plan_for("algorithm.loss=pp0")
+    with pytest.raises(ValueError, match=r"algorithm\.kl\.estimator: .*k9"):
+        plan_for("algorithm.kl.estimator=k9")
+    with pytest.raises(ConfigError, match=r"algorithm\.name"):
+        load_config(RLConfig, None, [*BASE, "algorithm.name=ppo2"])
+    with pytest.raises(ConfigError, match=r"did you mean 'rollout\.samples_per_prompt'"):
+        load_config(RLConfig, None, [*BASE, "rollout.samples_per_promt=4"])

@@ -1,0 +1,183 @@
+"""The RL trainer end to end on a toy task (make the response digits, scored by
+``tests.rewards.scorers:digit_share``): GRPO and PPO with a critic learn, two ranks over Ray
+with a KL loss to a reference learn, a stopped run resumes where it left off, dumped rollouts
+replay to the same update, and a misbehaving scorer does not stop a run."""
+
+import json
+import random
+
+import pytest
+import ray
+
+from ascent.config import load_config
+from ascent.trainer.rl.config import RLConfig
+from ascent.trainer.rl.loop import train_rl
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("rl-prompts")
+    r = random.Random(0)
+    rows = [
+        {
+            "data_source": "digits",
+            "prompt": "say " + "".join(r.choice("abcdefgh") for _ in range(4)),
+            "reward_model": {"ground_truth": ""},
+        }
+        for _ in range(256)
+    ]
+    (folder / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (folder / "val.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows[:16]))
+    return folder
+
+
+def config(tiny_model, prompts, run_dir, *overrides):
+    return load_config(
+        RLConfig,
+        None,
+        [
+            f"model.path={tiny_model}",
+            f"data.train_files=[{prompts / 'train.jsonl'}]",
+            f"data.val_files=[{prompts / 'val.jsonl'}]",
+            "data.prompts_per_step=8",
+            "data.chat_template=false",
+            "rollout.samples_per_prompt=8",
+            "rollout.max_response_length=8",
+            "actor.optim.lr=3e-3",
+            "reward.function=tests.rewards.scorers:digit_share",
+            "reward.workers=0",
+            f"trainer.run_dir={run_dir}",
+            "trainer.val_every=0",
+            "trainer.val_at_start=false",
+            "trainer.progress_bar=false",
+            "trainer.export=false",
+            "trainer.resume=off",
+            "tracking.sinks=[jsonl]",
+            *overrides,
+        ],
+    )
+
+
+def metric(run_dir, key):
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [record[key] for record in map(json.loads, lines) if key in record]
+
+
+def assert_learned(run_dir):
+    scores = metric(run_dir, "critic/score/mean")
+    first, last = sum(scores[:5]) / 5, sum(scores[-5:]) / 5
+    assert last > first + 0.4, f"score went from {first:.2f} to {last:.2f}: {scores}"
+
+
+@pytest.mark.learning
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_the_score_rises(tiny_model, prompts, tmp_path, algorithm):
+    overrides = ["trainer.total_steps=30", f"algorithm.name={algorithm}"]
+    if algorithm == "ppo":
+        overrides += ["critic.optim.lr=1e-3"]
+    train_rl(config(tiny_model, prompts, tmp_path, *overrides))
+    assert_learned(tmp_path)
+    if algorithm == "ppo":
+        assert metric(tmp_path, "critic/vf_loss")  # the critic trained
+    else:
+        assert metric(tmp_path, "actor/kl_loss")  # grpo's KL loss to the reference
+
+
+@pytest.mark.learning
+@pytest.mark.integration
+@pytest.mark.slow
+def test_two_ranks_over_ray_learn(tiny_model, prompts, tmp_path):
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        train_rl(
+            config(
+                tiny_model,
+                prompts,
+                tmp_path,
+                "trainer.total_steps=30",
+                "resources.devices_per_node=2",
+                "algorithm.kl.mode=loss",
+            )
+        )
+    finally:
+        ray.shutdown()
+    assert_learned(tmp_path)
+    assert metric(tmp_path, "actor/kl_loss")[-1] > 0  # the policy moved from the reference
+
+
+def test_a_stopped_run_resumes_where_it_left_off(tiny_model, prompts, tmp_path):
+    keys = ["critic/score/mean", "actor/pg_loss", "actor/grad_norm"]
+    whole = tmp_path / "whole"
+    train_rl(config(tiny_model, prompts, whole, "trainer.total_steps=4"))
+    halves = tmp_path / "halves"
+    train_rl(config(tiny_model, prompts, halves, "trainer.total_steps=2"))
+    result = train_rl(
+        config(tiny_model, prompts, halves, "trainer.total_steps=4", "trainer.resume=auto")
+    )
+    assert result["steps"] == 4
+    assert metric(halves, "step") == [1, 2, 3, 4]
+    for key in keys:
+        assert metric(halves, key) == pytest.approx(metric(whole, key), rel=1e-5, abs=1e-7), key
+
+
+def test_dumped_rollouts_replay_to_the_same_update(tiny_model, prompts, tmp_path):
+    dumps = tmp_path / "dumps"
+    train_rl(
+        config(
+            tiny_model,
+            prompts,
+            tmp_path / "live",
+            "trainer.total_steps=2",
+            f"trainer.dump_rollouts={dumps}",
+        )
+    )
+    assert sorted(p.name for p in dumps.iterdir()) == ["step_00000001", "step_00000002"]
+    train_rl(
+        config(
+            tiny_model,
+            prompts,
+            tmp_path / "replay",
+            "trainer.total_steps=2",
+            f"trainer.replay_rollouts={dumps}",
+        )
+    )
+    for key in ["actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/advantages/max"]:
+        live, replay = metric(tmp_path / "live", key), metric(tmp_path / "replay", key)
+        assert replay == pytest.approx(live, rel=1e-5, abs=1e-7), key
+    with pytest.raises(FileNotFoundError, match="no saved batch for step 3"):
+        train_rl(
+            config(
+                tiny_model,
+                prompts,
+                tmp_path / "too-far",
+                "trainer.total_steps=3",
+                f"trainer.replay_rollouts={dumps}",
+            )
+        )
+
+
+def test_a_misbehaving_scorer_does_not_stop_the_run(tiny_model, tmp_path, capsys):
+    truths = ["raise", "nan", "hang", "ok"] * 4
+    rows = [
+        {"data_source": "toy", "prompt": f"say {i}", "reward_model": {"ground_truth": truth}}
+        for i, truth in enumerate(truths)
+    ]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    run = config(
+        tiny_model,
+        tmp_path,
+        tmp_path / "run",
+        "data.val_files=[]",
+        "data.prompts_per_step=4",
+        "data.shuffle=false",
+        "rollout.samples_per_prompt=2",
+        "reward.function=tests.rewards.scorers:flaky",
+        "reward.workers=2",
+        "reward.timeout_s=1",
+        "trainer.total_steps=2",
+    )
+    assert train_rl(run)["steps"] == 2
+    for key in ["reward/errors", "reward/non_finite", "reward/timeouts"]:
+        assert metric(tmp_path / "run", key) == [2.0, 2.0], key
+    assert "scorer bug" in capsys.readouterr().out  # the first failure, with its sample

@@ -2,9 +2,10 @@
 prompt and response length, measured side by side in one run.
 
 Both sides run on this machine's CPU, one process each, float32, no KL term (no reference
-model), one optimiser step per generation (on-policy: neither recomputes old log-probs), the
-loss averaged over all response tokens of the step (ascent ``token-mean``, TRL ``dapo``), the
-reward in the same process (the share of digits in the response). The model is a
+model), no gradient checkpointing (TRL's default turns it on), one optimiser step per
+generation (on-policy: neither recomputes old log-probs), the loss averaged over all response
+tokens of the step (ascent ``token-mean``, TRL ``dapo``), the reward in the same process (the
+share of digits in the response). The model is a
 Qwen2-shaped transformer with random weights and ascent's byte tokenizer, written once to a
 temporary directory; both load it with ``from_pretrained``. TRL runs in its own virtual
 environment (``--trl-python``), because it pins its own versions:
@@ -137,6 +138,7 @@ def run_trl(args: argparse.Namespace) -> list[dict]:
         learning_rate=1e-6,
         beta=0.0,
         loss_type="dapo",
+        gradient_checkpointing=False,  # TRL's default is on; ascent's is off
         max_steps=args.warmup + args.steps,
         logging_steps=1,
         save_strategy="no",

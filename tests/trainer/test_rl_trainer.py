@@ -8,10 +8,12 @@ import random
 
 import pytest
 import ray
+from transformers import AutoTokenizer
 
 from ascent.config import load_config
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.loop import train_rl
+from tests.rewards.scorers import digit_share
 
 
 @pytest.fixture(scope="module")
@@ -76,12 +78,45 @@ def test_the_score_rises(tiny_model, prompts, tmp_path, algorithm):
     overrides = ["trainer.total_steps=30", f"algorithm.name={algorithm}"]
     if algorithm == "ppo":
         overrides += ["critic.optim.lr=1e-3"]
-    train_rl(config(tiny_model, prompts, tmp_path, *overrides))
+    run = config(tiny_model, prompts, tmp_path, *overrides)
+    train_rl(run)
     assert_learned(tmp_path)
     if algorithm == "ppo":
         assert metric(tmp_path, "critic/vf_loss")  # the critic trained
     else:
         assert metric(tmp_path, "actor/kl_loss")  # grpo's KL loss to the reference
+    assert load_config(RLConfig, tmp_path / "config.yaml") == run  # the resolved config
+    lines = (tmp_path / "generations.jsonl").read_text().splitlines()
+    assert len(lines) == 30 * 4  # trainer.log_generations per step
+    last = json.loads(lines[-1])
+    assert last["step"] == 30 and last["prompt"].startswith("say ")
+    eos = AutoTokenizer.from_pretrained(tiny_model).eos_token
+    response = last["response"].replace(eos, "")  # logged with special tokens, scored without
+    assert last["score"] == pytest.approx(digit_share(None, response, None, None))
+
+
+@pytest.mark.learning
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_rollout_on_its_own_device_follows_the_actor(tiny_model, prompts, tmp_path):
+    """Separate placement: weights travel to the rollout's process after every update (the
+    score could not rise otherwise)."""
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        train_rl(
+            config(
+                tiny_model,
+                prompts,
+                tmp_path,
+                "trainer.total_steps=30",
+                "algorithm.kl.mode=none",
+                "resources.backend=ray",
+                "rollout.resources.backend=ray",
+            )
+        )
+    finally:
+        ray.shutdown()
+    assert_learned(tmp_path)
 
 
 @pytest.mark.learning

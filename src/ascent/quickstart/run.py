@@ -46,6 +46,8 @@ def rl_config(
             "trainer.resume=off",
             f"trainer.seed={seed}",
             "tracking.console_every=25",
+            "tracking.console_keys=[critic/score/mean, actor/entropy, actor/grad_norm, val/, "
+            "timing_s/step]",
         ],
     )
 

@@ -201,10 +201,15 @@ class Plan:
             extras.append(f"dynamic sampling ({config.algorithm.max_generation_rounds} rounds)")
         if self.overlong_buffer:
             extras.append(f"overlong shaping over the last {self.overlong_buffer} tokens")
+
+        def with_params(name: str, params: dict[str, Any]) -> str:
+            return f"{name} {params}" if params else name
+
         lines = [
-            f"algorithm {config.algorithm.name}: estimator {self.estimator} "
-            f"{self.estimator_params or ''}",
-            f"  loss {self.loss} {self.loss_params or ''}, aggregation {self.aggregation}, {kl}",
+            f"algorithm {config.algorithm.name}: estimator "
+            f"{with_params(self.estimator, self.estimator_params)}",
+            f"  loss {with_params(self.loss, self.loss_params)}, aggregation {self.aggregation}, "
+            f"{kl}",
             f"  roles: {', '.join(roles)}" + (f"; {'; '.join(extras)}" if extras else ""),
             f"step: {d.prompts_per_step} prompts x {r.samples_per_prompt} samples = "
             f"{self.samples_per_step} responses of up to {r.max_response_length} tokens "

@@ -1,9 +1,11 @@
 """The RL trainer end to end on a toy task (make the response digits, scored by
 ``tests.rewards.scorers:digit_share``): GRPO and PPO with a critic learn, two ranks over Ray
-with a KL loss to a reference learn, a stopped run resumes where it left off, dumped rollouts
+with a KL loss to a reference learn, a rollout on its own device follows the actor, every
+preset runs with the roles its plan names, a stopped run resumes where it left off, dumped rollouts
 replay to the same update, and a misbehaving scorer does not stop a run."""
 
 import json
+import math
 import random
 
 import pytest
@@ -11,8 +13,9 @@ import ray
 from transformers import AutoTokenizer
 
 from ascent.config import load_config
-from ascent.trainer.rl.config import RLConfig
+from ascent.trainer.rl.config import RLConfig, make_plan
 from ascent.trainer.rl.loop import train_rl
+from ascent.trainer.rl.presets import PRESETS
 from tests.rewards.scorers import digit_share
 
 
@@ -216,3 +219,28 @@ def test_a_misbehaving_scorer_does_not_stop_the_run(tiny_model, tmp_path, capsys
     for key in ["reward/errors", "reward/non_finite", "reward/timeouts"]:
         assert metric(tmp_path / "run", key) == [2.0, 2.0], key
     assert "scorer bug" in capsys.readouterr().out  # the first failure, with its sample
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_algorithm_runs_with_its_own_roles(tiny_model, prompts, tmp_path, name):
+    """Two off-policy steps (two mini-batches each) of every preset: the roles and stages the
+    plan names are the ones that ran."""
+    run = config(
+        tiny_model,
+        prompts,
+        tmp_path,
+        f"algorithm.name={name}",
+        "data.prompts_per_step=4",
+        "rollout.samples_per_prompt=4",
+        "actor.prompts_per_update=2",
+        "trainer.total_steps=2",
+    )
+    plan = make_plan(run)
+    train_rl(run)
+    record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["step"] == 2 and 0 <= record["critic/score/mean"] <= 1
+    assert ("critic/vf_loss" in record) == plan.critic
+    assert ("timing_s/ref" in record) == plan.reference
+    assert ("dynamic_sampling/groups" in record) == plan.dynamic_sampling
+    assert "timing_s/old_log_prob" in record  # two mini-batches: the second is off-policy
+    assert math.isfinite(record["actor/pg_loss"]) and record["actor/grad_norm"] > 0

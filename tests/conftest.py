@@ -1,6 +1,7 @@
 """Suite-wide: tiny checkpoints on disk, and `gpu` tests skipped where CUDA is not available."""
 
 import pytest
+import ray
 import torch
 
 from ascent.models import build_tiny_model
@@ -29,3 +30,12 @@ def tiny_tied_model(tmp_path_factory):
     return str(
         build_tiny_model(tmp_path_factory.mktemp("tied") / "model", tie_word_embeddings=True)
     )
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray per test module (8 logical CPUs: workers mostly wait), shut down after it."""
+    if not ray.is_initialized():
+        ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()

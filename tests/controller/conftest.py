@@ -1,19 +1,9 @@
 import pytest
-import ray
 
 from ascent.controller import ResourcePool, Role, spawn_groups
 from tests.controller.workers import EchoWorker, ShapeWorker
 
 BACKENDS = {"ray": ResourcePool(devices_per_node=2), "in-process": ResourcePool()}
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    """A local Ray per test module (8 logical CPUs: workers mostly wait)."""
-    if not ray.is_initialized():
-        ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module", params=list(BACKENDS))

@@ -2,7 +2,6 @@
 and on its own device pool, fed bucket by bucket."""
 
 import pytest
-import ray
 import torch
 
 from ascent.controller import ResourcePool, Role, spawn_group, spawn_groups
@@ -13,14 +12,7 @@ from tests.rollout.test_rollout_worker import prompts_batch, rollout_config
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-def test_colocated_and_separate_rollouts_follow_a_two_rank_actor(ray_session, tiny_model):
+def test_colocated_and_separate_rollouts_follow_a_two_rank_actor(local_ray, tiny_model):
     actor_cfg = ActorConfig(model={"path": tiny_model}, optim={"lr": 0.05})
     groups = spawn_groups(
         {

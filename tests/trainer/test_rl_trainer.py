@@ -9,7 +9,6 @@ import math
 import random
 
 import pytest
-import ray
 from transformers import AutoTokenizer
 
 from ascent.config import load_config
@@ -101,45 +100,37 @@ def test_the_score_rises(tiny_model, prompts, tmp_path, algorithm):
 @pytest.mark.learning
 @pytest.mark.integration
 @pytest.mark.slow
-def test_a_rollout_on_its_own_device_follows_the_actor(tiny_model, prompts, tmp_path):
+def test_a_rollout_on_its_own_device_follows_the_actor(tiny_model, prompts, tmp_path, local_ray):
     """Separate placement: weights travel to the rollout's process after every update (the
     score could not rise otherwise)."""
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    try:
-        train_rl(
-            config(
-                tiny_model,
-                prompts,
-                tmp_path,
-                "trainer.total_steps=30",
-                "algorithm.kl.mode=none",
-                "resources.backend=ray",
-                "rollout.resources.backend=ray",
-            )
+    train_rl(
+        config(
+            tiny_model,
+            prompts,
+            tmp_path,
+            "trainer.total_steps=30",
+            "algorithm.kl.mode=none",
+            "resources.backend=ray",
+            "rollout.resources.backend=ray",
         )
-    finally:
-        ray.shutdown()
+    )
     assert_learned(tmp_path)
 
 
 @pytest.mark.learning
 @pytest.mark.integration
 @pytest.mark.slow
-def test_two_ranks_over_ray_learn(tiny_model, prompts, tmp_path):
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    try:
-        train_rl(
-            config(
-                tiny_model,
-                prompts,
-                tmp_path,
-                "trainer.total_steps=30",
-                "resources.devices_per_node=2",
-                "algorithm.kl.mode=loss",
-            )
+def test_two_ranks_over_ray_learn(tiny_model, prompts, tmp_path, local_ray):
+    train_rl(
+        config(
+            tiny_model,
+            prompts,
+            tmp_path,
+            "trainer.total_steps=30",
+            "resources.devices_per_node=2",
+            "algorithm.kl.mode=loss",
         )
-    finally:
-        ray.shutdown()
+    )
     assert_learned(tmp_path)
     assert metric(tmp_path, "actor/kl_loss")[-1] > 0  # the policy moved from the reference
 

@@ -5,7 +5,6 @@ import json
 import random
 
 import pytest
-import ray
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -117,7 +116,7 @@ def test_a_stopped_run_resumes_from_its_checkpoint(tiny_model, copy_data, tmp_pa
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_one_and_two_ranks_give_the_same_loss_curve(tiny_model, copy_data, tmp_path):
+def test_one_and_two_ranks_give_the_same_loss_curve(tiny_model, copy_data, tmp_path, local_ray):
     common = (
         "trainer.max_steps=5",
         "trainer.val_every=5",
@@ -125,13 +124,9 @@ def test_one_and_two_ranks_give_the_same_loss_curve(tiny_model, copy_data, tmp_p
         "trainer.tokens_per_micro_batch=300",
     )
     one = train_sft(config(tiny_model, copy_data, tmp_path / "one", *common))
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    try:
-        two = train_sft(
-            config(tiny_model, copy_data, tmp_path / "two", *common, "resources.devices_per_node=2")
-        )
-    finally:
-        ray.shutdown()
+    two = train_sft(
+        config(tiny_model, copy_data, tmp_path / "two", *common, "resources.devices_per_node=2")
+    )
 
     def curve(run):
         return [

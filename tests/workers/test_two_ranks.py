@@ -2,7 +2,6 @@
 one rank: same loss, gradient norm and weights after an update."""
 
 import pytest
-import ray
 import torch
 
 from ascent.controller import ResourcePool, Role, spawn_groups
@@ -28,8 +27,7 @@ MINI_BATCHES = 2
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tiny_model):
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+def two_ranks(tiny_model, local_ray):
     groups = spawn_groups(
         {
             "actor": Role(ActorWorker, args=(config(tiny_model, tokens_per_micro_batch=20),)),
@@ -44,7 +42,6 @@ def two_ranks(tiny_model):
     )
     yield groups
     groups["actor"].shutdown()
-    ray.shutdown()
 
 
 def arranged(batch, dp_size):

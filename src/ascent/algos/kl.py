@@ -44,15 +44,21 @@ _ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3", "low_var_kl+": "k3+", "
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "abs", "k2", "k3", "k1+", "k3+")
 
 
+def kl_estimator_name(estimator: str) -> str:
+    """The canonical name of ``estimator`` (one of KL_ESTIMATORS; verl's names are aliases);
+    ValueError for an unknown one."""
+    name = _ALIASES.get(estimator, estimator)
+    if name not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {KL_ESTIMATORS}")
+    return name
+
+
 def kl_estimate(log_probs: Tensor, ref_log_probs: Tensor, mask: Tensor, estimator: str) -> Tensor:
     """Per-token KL estimate, (B, T), zero outside the mask; differentiable in ``log_probs``."""
-    name = _ALIASES.get(estimator, estimator)
+    name = kl_estimator_name(estimator)
     straight_through = name.endswith("+")
-    base = _BASE.get(name.removesuffix("+"))
-    if base is None or (straight_through and name not in KL_ESTIMATORS):
-        raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {KL_ESTIMATORS}")
     x = keep_valid(log_probs, mask) - keep_valid(ref_log_probs, mask).detach()
-    value = base(x)
+    value = _BASE[name.removesuffix("+")](x)
     if straight_through:
         surrogate = _k2(x)
         value = value.detach() + surrogate - surrogate.detach()

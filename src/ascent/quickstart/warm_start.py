@@ -15,6 +15,7 @@ from ascent.data.sft import plain_example
 from ascent.models.loading import load_tokenizer
 from ascent.quickstart.task import Pair, answer, question
 from ascent.rollout import RolloutConfig, RolloutWorker
+from ascent.rollout.types import response_lengths
 from ascent.trainer.sft import collate
 from ascent.workers.sft import SFTWorker, SFTWorkerConfig
 
@@ -25,8 +26,7 @@ def greedy_accuracy(rollout: object, tokenizer: object, pairs: list[Pair]) -> fl
         prompts_batch(prompts, tokenizer.pad_token_id, "dev"), sampling={"n": 1, "temperature": 0.0}
     )
     correct = 0
-    for row, pair in enumerate(pairs):
-        length = int(out["response_mask"][row].sum())
+    for row, (pair, length) in enumerate(zip(pairs, response_lengths(out).tolist(), strict=True)):
         text = tokenizer.decode(out["responses"][row][:length].tolist(), skip_special_tokens=True)
         correct += text.strip() == answer(pair)
     return correct / len(pairs)

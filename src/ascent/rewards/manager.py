@@ -20,6 +20,7 @@ from ascent.batch import Batch
 from ascent.engine.config import Strict
 from ascent.importing import load_object
 from ascent.rewards.call import score_sample
+from ascent.rollout.types import response_lengths
 
 
 class RewardConfig(Strict):
@@ -60,10 +61,9 @@ class RewardManager:
     def score(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
         """Adds ``scores`` and ``acc`` (B,), ``token_rewards`` (B, R) (the score on the last
         response token) and ``reward_extra/<key>`` (B,) fields; returns the counts."""
-        responses = batch["responses"]
-        lengths = batch["attention_mask"][:, -responses.shape[1] :].sum(-1).tolist()
+        lengths = response_lengths(batch).tolist()
         texts = self.tokenizer.batch_decode(
-            [row[:n].tolist() for row, n in zip(responses, lengths, strict=True)],
+            [row[:n].tolist() for row, n in zip(batch["responses"], lengths, strict=True)],
             skip_special_tokens=True,
         )
         calls = [

@@ -4,7 +4,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field
+from torch import Tensor
 
+from ascent.batch import Batch
 from ascent.engine.config import Strict
 
 
@@ -46,3 +48,9 @@ class Sample:
     log_probs: list[float] | None
     finish_reason: FinishReason
     weight_version: int
+
+
+def response_lengths(batch: Batch) -> Tensor:
+    """Generated tokens per row (B,) of a rollout batch (``RolloutWorker.generate``'s layout:
+    ``responses`` (B, R) are the last R columns of ``attention_mask``), tool tokens included."""
+    return batch["attention_mask"][:, -batch["responses"].shape[1] :].sum(-1)

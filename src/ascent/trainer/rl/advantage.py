@@ -13,12 +13,8 @@ from ascent.algos import (
 )
 from ascent.algos.overlong import overlong_penalty
 from ascent.batch import Batch
+from ascent.rollout.types import response_lengths
 from ascent.trainer.rl.config import KLSettings, Plan
-
-
-def response_lengths(batch: Batch) -> Tensor:
-    """Generated tokens per row (B,), tool tokens included."""
-    return batch["attention_mask"][:, -batch["responses"].shape[1] :].sum(-1)
 
 
 class AdvantageStage:

@@ -18,8 +18,9 @@ from ascent.data.rl import PromptStream, load_rl_prompts, prompts_batch
 from ascent.models.loading import load_tokenizer
 from ascent.rewards.manager import RewardManager
 from ascent.rollout import sync_weights
+from ascent.rollout.types import response_lengths
 from ascent.trainer.checkpoints import Checkpoints
-from ascent.trainer.rl.advantage import AdvantageStage, response_lengths
+from ascent.trainer.rl.advantage import AdvantageStage
 from ascent.trainer.rl.config import RLConfig, make_plan
 from ascent.trainer.rl.roles import spawn_roles
 from ascent.trainer.tracking import Tracker

@@ -1,5 +1,5 @@
-"""The ``ascent`` command line: ``quickstart``, ``sft CONFIG key=value ...`` and
-``train CONFIG key=value ...``."""
+"""The ``ascent`` command line: ``quickstart``, ``sft CONFIG key=value ...``,
+``train CONFIG key=value ...``, ``export CHECKPOINT OUT_DIR`` and ``doctor [CONFIG]``."""
 
 import argparse
 import sys
@@ -21,6 +21,18 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algorithm.name=dapo")
     train.add_argument("--dump-rollouts", metavar="DIR", help="save each step's scored batch")
     train.add_argument("--replay-rollouts", metavar="DIR", help="train on saved batches")
+    export = commands.add_parser("export", help="a transformers model from a checkpoint")
+    export.add_argument("checkpoint", help="a checkpoint directory, or a run directory")
+    export.add_argument("out_dir", help="where to write safetensors, config and tokenizer")
+    export.add_argument(
+        "--lora",
+        choices=["merge", "adapter"],
+        default="merge",
+        help="LoRA runs: merge the adapters into the weights, or save the adapter alone",
+    )
+    doctor = commands.add_parser("doctor", help="check the machine, Ray, disk and the model")
+    doctor.add_argument("config", nargs="?", help="a train or sft config to check")
+    doctor.add_argument("overrides", nargs="*", help="dotted overrides")
     args = parser.parse_args(argv)
     if args.command == "quickstart":
         from ascent.quickstart import run_quickstart
@@ -28,7 +40,26 @@ def main(argv: list[str] | None = None) -> int:
         return run_quickstart(seed=args.seed, out_dir=args.out, steps=args.steps)
     if args.command == "sft":
         return _sft(args)
+    if args.command == "export":
+        return _export(args)
+    if args.command == "doctor":
+        from ascent.doctor import run_doctor
+
+        return run_doctor(args.config, args.overrides)
     return _train(args)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from ascent.trainer.checkpoints import CheckpointError
+    from ascent.trainer.export import export_checkpoint
+
+    try:
+        used = export_checkpoint(args.checkpoint, args.out_dir, lora=args.lora)
+    except (CheckpointError, ValueError) as error:
+        print(f"ascent export: {error}", file=sys.stderr)
+        return 2
+    print(f"exported {used} to {args.out_dir}")
+    return 0
 
 
 def _config(kind: type, args: argparse.Namespace, overrides: list[str]) -> object | None:
@@ -69,7 +100,44 @@ def _train(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"ascent train: {error}", file=sys.stderr)
         return 2
-    result = train_rl(config)
+    try:
+        result = train_rl(config)
+    except _run_failures() as error:
+        return _failed(args.command, error, config.trainer.run_dir)
     for step, metrics in result["validation"][-1:]:
         print(f"validation after step {step}: {metrics}")
+    return _stopped(result)
+
+
+def _run_failures() -> tuple[type[BaseException], ...]:
+    """What ends a run with a message instead of a traceback: the fault is named (role and
+    rank, step, file) and the run can be resumed from its last checkpoint."""
+    from ascent.controller import WorkerDied, WorkerError, WorkerTimeout
+    from ascent.trainer.checkpoints import CheckpointError
+    from ascent.trainer.faults import NonFiniteUpdates
+
+    return (WorkerDied, WorkerError, WorkerTimeout, CheckpointError, NonFiniteUpdates)
+
+
+def _failed(command: str, error: BaseException, run_dir: str) -> int:
+    from ascent.trainer.checkpoints import Checkpoints
+
+    latest = Checkpoints(run_dir).latest()
+    print(f"ascent {command}: {error}", file=sys.stderr)
+    if latest is not None:
+        print(
+            f"ascent {command}: the last checkpoint is {latest}; rerun the same command "
+            "(trainer.resume=auto) to continue from it",
+            file=sys.stderr,
+        )
+    return 1
+
+
+def _stopped(result: dict) -> int:
+    """128 + the signal's number when a signal stopped the run (after saving), else 0."""
+    import signal
+
+    if result.get("stopped"):
+        print(f"stopped by {result['stopped']} after step {result['steps']}, checkpoint saved")
+        return 128 + int(signal.Signals[result["stopped"]])
     return 0

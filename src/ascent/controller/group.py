@@ -187,13 +187,17 @@ def spawn_groups(
     ray_address: str | None = None,
     call_timeout_s: float | None = None,
     start_timeout_s: float = 180.0,
+    seed: int | None = None,
+    deterministic: bool = False,
 ) -> dict[str, WorkerGroup]:
     """Start ``roles`` colocated on ``pool`` (one process per device holding all of them).
 
     backend "auto" is in-process for a one-device pool without a Ray address, else Ray (which
     connects to ``ray_address`` or $RAY_ADDRESS when given, else starts a local Ray).
     call_timeout_s bounds every call (None: no bound); a call past it raises WorkerTimeout
-    with the stuck ranks' stacks.
+    with the stuck ranks' stacks. seed (when given) seeds every generator of every process
+    before each role is built; deterministic selects deterministic kernels
+    (see ``ascent.controller.randomness``).
     """
     if not roles:
         raise ValueError("spawn_groups needs at least one role")
@@ -202,11 +206,18 @@ def spawn_groups(
     if backend == "in-process":
         from ascent.controller.local_backend import LocalHosts
 
-        hosts: Any = LocalHosts(roles, pool)
+        hosts: Any = LocalHosts(roles, pool, seed=seed, deterministic=deterministic)
     elif backend == "ray":
         from ascent.controller.ray_backend import RayHosts
 
-        hosts = RayHosts(roles, pool, address=ray_address, start_timeout_s=start_timeout_s)
+        hosts = RayHosts(
+            roles,
+            pool,
+            address=ray_address,
+            start_timeout_s=start_timeout_s,
+            seed=seed,
+            deterministic=deterministic,
+        )
     else:
         raise ValueError(f"backend must be 'auto', 'ray' or 'in-process', got {backend!r}")
     return {name: WorkerGroup(name, spec, hosts, call_timeout_s) for name, spec in roles.items()}

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from ascent.controller.errors import WorkerError
+from ascent.controller.randomness import seed_everything, use_deterministic_kernels
 from ascent.controller.refs import resolve
 from ascent.controller.worker import Role, Worker, WorkerContext
 
@@ -32,6 +33,8 @@ class Placement:
     local_world_size: int
     device: str  # "cpu" or "cuda"
     cpus: float | None
+    seed: int | None = None  # seeds every generator before each role is built
+    deterministic: bool = False  # deterministic kernels only (see controller.randomness)
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ class WorkerHost:
             torch.cuda.set_device(self.device)
         else:
             self.device = torch.device("cpu")
+        self._was_deterministic = torch.are_deterministic_algorithms_enabled()
+        if placement.deterministic:
+            use_deterministic_kernels()
 
     def rendezvous_address(self) -> tuple[str, int]:
         """This node's address and a free port, for rank 0 to host torch.distributed's store."""
@@ -116,6 +122,8 @@ class WorkerHost:
                 host=socket.gethostname(),
                 peers=self.workers,
             )
+            if p.seed is not None:  # each role's random parts are the same in every run
+                seed_everything(p.seed)
             self.workers[name] = self._guarded(name, "__init__", role.instantiate, ctx)
 
     def execute(self, role: str, method: str, returns: bool, *args: Any, **kwargs: Any) -> Any:
@@ -178,6 +186,8 @@ class WorkerHost:
     def close(self) -> None:
         """Leave the process group (safe to call twice)."""
         self.workers.clear()
+        # In-process, this is the driver's own process: give it back as it was.
+        torch.use_deterministic_algorithms(self._was_deterministic)
         if dist.is_initialized() and self.placement.world_size > 1:
             dist.destroy_process_group()
 

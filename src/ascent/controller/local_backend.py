@@ -32,13 +32,22 @@ class LocalHosts:
     kind = "in-process"
     world_size = 1
 
-    def __init__(self, roles: dict[str, Role], pool: ResourcePool) -> None:
+    def __init__(
+        self,
+        roles: dict[str, Role],
+        pool: ResourcePool,
+        *,
+        seed: int | None = None,
+        deterministic: bool = False,
+    ) -> None:
         if pool.world_size != 1:
             raise ValueError(
                 f"the in-process backend runs one rank, but the pool has {pool.world_size}; "
                 "use backend='ray' for more"
             )
-        self.host = WorkerHost(Placement(0, 1, 0, 1, pool.device, cpus=None))
+        self.host = WorkerHost(
+            Placement(0, 1, 0, 1, pool.device, None, seed=seed, deterministic=deterministic)
+        )
         self.host.setup_single_process()
         self.host.create_workers(roles)
         self.infos = [self.host.info()]

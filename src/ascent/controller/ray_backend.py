@@ -53,6 +53,8 @@ class RayHosts:
         *,
         address: str | None = None,
         start_timeout_s: float = 180.0,
+        seed: int | None = None,
+        deterministic: bool = False,
     ) -> None:
         import ray
         from ray.util.placement_group import placement_group
@@ -76,13 +78,19 @@ class RayHosts:
                 f"{len(ray.nodes())} node(s). Lower the pool or add nodes."
             )
         try:
-            self._start(roles, pool, gpus, start_timeout_s)
+            self._start(roles, pool, gpus, start_timeout_s, seed, deterministic)
         except BaseException:
             self.shutdown()  # no half-started group keeps its reserved devices
             raise
 
     def _start(
-        self, roles: dict[str, Role], pool: ResourcePool, gpus: int, timeout_s: float
+        self,
+        roles: dict[str, Role],
+        pool: ResourcePool,
+        gpus: int,
+        timeout_s: float,
+        seed: int | None,
+        deterministic: bool,
     ) -> None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -102,6 +110,8 @@ class RayHosts:
                     local_world_size=pool.devices_per_node,
                     device=pool.device,
                     cpus=pool.cpus_per_worker,
+                    seed=seed,
+                    deterministic=deterministic,
                 )
             )
             for rank in range(pool.world_size)

@@ -6,6 +6,9 @@ from typing import Any
 
 import torch
 
+from ascent.controller import randomness
+from ascent.controller.dispatch import Dispatch, register
+
 
 @dataclass(frozen=True)
 class WorkerContext:
@@ -68,6 +71,17 @@ class Worker:
     @property
     def device(self) -> torch.device:
         return self.ctx.device
+
+    # Random generators belong to the process, not the role: call these on one role per
+    # process (the roles colocated with it share the state).
+    @register(Dispatch.ALL)
+    def rng_state(self) -> dict[str, Any]:
+        """This process's generator states (see ``ascent.controller.randomness``)."""
+        return randomness.rng_state()
+
+    @register(Dispatch.PER_RANK)
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        randomness.set_rng_state(state)
 
 
 @dataclass(frozen=True)

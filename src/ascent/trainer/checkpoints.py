@@ -1,53 +1,131 @@
-"""Checkpoint directories of a run: written atomically, found again on resume.
+"""Checkpoint directories of a run: written atomically, verified, found again on resume.
 
 Layout: ``<run_dir>/checkpoints/step_00000042/`` holds one sub-directory per role (each
-role's own sharded state) and ``trainer_state.json``; ``<run_dir>/checkpoints/latest`` names
-the newest complete one. A checkpoint is written into a hidden temporary directory and
-renamed into place only once every part is written, so a crash mid-save never leaves a
-checkpoint that looks complete, and never touches the previous one.
+role's sharded state), the run's extras (RNG states, resolved config, tokenizer), then
+``manifest.json`` (size and sha256 of every file) and last ``trainer_state.json``;
+``<run_dir>/checkpoints/latest`` names the newest complete one.
+
+A checkpoint is written into a hidden temporary directory and renamed into place only once
+every part is written and flushed, so a crash, a full disk or a failed write mid-save never
+leaves a checkpoint that looks complete and never touches the previous ones; the partial
+directory is removed. On resume each candidate is checked against its manifest (a truncated
+or overwritten file is caught before anything loads), and ``auto`` falls back past broken
+ones with a warning.
 """
 
+import hashlib
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 STATE_FILE = "trainer_state.json"
+MANIFEST = "manifest.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written, or one asked for cannot be used."""
 
 
 class Checkpoints:
-    def __init__(self, run_dir: str | Path, keep_last: int | None = None) -> None:
+    def __init__(
+        self, run_dir: str | Path, keep_last: int | None = None, checksums: bool = True
+    ) -> None:
         self.root = Path(run_dir) / "checkpoints"
         self.keep_last = keep_last
+        self.checksums = checksums
 
-    def save(self, step: int, write_roles: Callable[[Path], None], state: dict[str, Any]) -> Path:
-        """``write_roles(directory)`` writes every role's state; ``state`` is the trainer's
-        own (step, data position, ...). Returns the checkpoint directory."""
+    def save(self, step: int, write_parts: Callable[[Path], None], state: dict[str, Any]) -> Path:
+        """``write_parts(directory)`` writes every role's state and the run's extras;
+        ``state`` is the trainer's own (data position, counters, ...). Returns the checkpoint
+        directory. Raises CheckpointError, with the previous checkpoints intact, if any write
+        fails."""
         self.root.mkdir(parents=True, exist_ok=True)
+        for stale in self.root.glob(".step_*.tmp"):  # left by a crash mid-save
+            shutil.rmtree(stale, ignore_errors=True)
         final = self.root / f"step_{step:08d}"
         temporary = self.root / f".step_{step:08d}.tmp"
-        shutil.rmtree(temporary, ignore_errors=True)
-        temporary.mkdir()
-        write_roles(temporary)
-        _write_durably(temporary / STATE_FILE, json.dumps({"step": step, **state}))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(temporary, final)
+        try:
+            temporary.mkdir()
+            write_parts(temporary)
+            manifest = file_manifest(temporary, self.checksums)
+            _write_durably(temporary / MANIFEST, json.dumps(manifest, indent=1))
+            _write_durably(temporary / STATE_FILE, json.dumps({"step": step, **state}))
+            _fsync_tree(temporary)
+        except Exception as error:
+            shutil.rmtree(temporary, ignore_errors=True)  # give the space back
+            previous = self.latest()
+            raise CheckpointError(
+                f"saving the checkpoint of step {step} failed ({type(error).__name__}: "
+                f"{error}); nothing was replaced, the last good checkpoint is "
+                f"{previous or 'none'}. Free disk space or fix the cause, then rerun with "
+                "trainer.resume=auto"
+            ) from error
+        if final.exists():  # saved again after a resume: swap, never leave no copy
+            replaced = self.root / f".step_{step:08d}.old"
+            os.replace(final, replaced)
+            os.replace(temporary, final)
+            shutil.rmtree(replaced, ignore_errors=True)
+        else:
+            os.replace(temporary, final)
+        _fsync_directory(self.root)
         _write_durably(self.root / "latest", final.name)
         self._prune()
         return final
 
+    def complete(self) -> list[Path]:
+        """Checkpoints whose save finished, oldest first."""
+        return sorted(p for p in self.root.glob("step_*") if (p / STATE_FILE).is_file())
+
     def latest(self) -> Path | None:
-        """The newest complete checkpoint, or None."""
+        """The newest complete checkpoint (not verified), or None."""
         pointer = self.root / "latest"
         if pointer.is_file():
             candidate = self.root / pointer.read_text().strip()
             if (candidate / STATE_FILE).is_file():
                 return candidate
-        complete = sorted(p for p in self.root.glob("step_*") if (p / STATE_FILE).is_file())
+        complete = self.complete()
         return complete[-1] if complete else None
+
+    def newest_intact(self) -> Path | None:
+        """The newest checkpoint that passes ``verify``; broken ones are skipped with a
+        warning on stderr (the run resumes from an older one rather than not at all)."""
+        for candidate in reversed(self.complete()):
+            problems = verify(candidate)
+            if not problems:
+                return candidate
+            print(
+                f"warning: skipping checkpoint {candidate}: {'; '.join(problems[:3])}",
+                file=sys.stderr,
+            )
+        return None
+
+    def resolve(self, setting: str) -> Path | None:
+        """Where to resume from: ``off`` -> None; ``auto`` -> the newest intact checkpoint of
+        this run (None if there is none); a path -> that checkpoint (or the newest intact one
+        of that run directory), which must be intact."""
+        if setting == "off":
+            return None
+        if setting == "auto":
+            return self.newest_intact()
+        path = Path(setting)
+        if (path / "checkpoints").is_dir():
+            found = Checkpoints(path).newest_intact()
+            if found is None:
+                raise CheckpointError(f"trainer.resume={setting}: no intact checkpoint in it")
+            return found
+        if not path.is_dir():
+            raise CheckpointError(f"trainer.resume={setting}: no such checkpoint directory")
+        problems = verify(path)
+        if problems:
+            raise CheckpointError(
+                f"trainer.resume={setting} cannot be used: {'; '.join(problems[:5])}. Pick "
+                "another checkpoint, or trainer.resume=auto to take the newest intact one"
+            )
+        return path
 
     @staticmethod
     def state(checkpoint: Path) -> dict[str, Any]:
@@ -56,9 +134,46 @@ class Checkpoints:
     def _prune(self) -> None:
         if not self.keep_last:
             return
-        complete = sorted(p for p in self.root.glob("step_*") if (p / STATE_FILE).is_file())
-        for old in complete[: -self.keep_last]:
+        for old in self.complete()[: -self.keep_last]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def verify(checkpoint: Path) -> list[str]:
+    """What is wrong with ``checkpoint`` (empty: nothing): an unfinished save, an unreadable
+    state or manifest, a file missing, truncated or changed since it was written."""
+    if not (checkpoint / STATE_FILE).is_file():
+        return [f"{checkpoint.name} is incomplete (no {STATE_FILE}: its save did not finish)"]
+    try:
+        json.loads((checkpoint / STATE_FILE).read_text())
+        manifest = json.loads((checkpoint / MANIFEST).read_text())
+    except (OSError, ValueError) as error:
+        return [f"unreadable {STATE_FILE} or {MANIFEST} ({error})"]
+    problems = []
+    for name, entry in manifest.items():
+        path = checkpoint / name
+        if not path.is_file():
+            problems.append(f"{name} is missing")
+        elif path.stat().st_size != entry["size"]:
+            problems.append(f"{name} has {path.stat().st_size} bytes, {entry['size']} written")
+        elif entry.get("sha256") and _sha256(path) != entry["sha256"]:
+            problems.append(f"{name} changed since it was written (sha256 differs)")
+    return problems
+
+
+def file_manifest(directory: Path, checksums: bool) -> dict[str, dict[str, Any]]:
+    """Relative path -> size (and sha256) of every file under ``directory``."""
+    manifest = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        entry: dict[str, Any] = {"size": path.stat().st_size}
+        if checksums:
+            entry["sha256"] = _sha256(path)
+        manifest[str(path.relative_to(directory))] = entry
+    return manifest
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def _write_durably(path: Path, text: str) -> None:
@@ -69,3 +184,21 @@ def _write_durably(path: Path, text: str) -> None:
         file.flush()
         os.fsync(file.fileno())
     os.replace(temporary, path)
+
+
+def _fsync_tree(directory: Path) -> None:
+    """Flush every file the roles wrote (they may not have), so the rename that publishes
+    the checkpoint cannot reach the disk before its contents."""
+    for path in directory.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as file:
+                os.fsync(file.fileno())
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

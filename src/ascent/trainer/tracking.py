@@ -1,5 +1,10 @@
 """Metrics sinks: console, JSONL in the run directory, TensorBoard, and wandb / mlflow when
-installed and selected. One ``log(metrics, step)`` call feeds them all."""
+installed and selected. One ``log(metrics, step)`` call feeds them all.
+
+A resumed run continues the same records: the JSONL file and TensorBoard drop what was
+logged after the checkpoint's step (those steps are run again), and wandb / mlflow reopen the
+run whose id the checkpoint kept.
+"""
 
 import json
 import math
@@ -36,32 +41,55 @@ class Tracker:
         config: TrackingConfig,
         run_config: dict | None = None,
         console_keys: list[str] | None = None,
+        *,
+        resume_step: int | None = None,
+        run_ids: dict[str, str] | None = None,
     ) -> None:
+        """``resume_step``: the step of the checkpoint this run resumes from (None: a new
+        run); ``run_ids``: what ``run_ids()`` returned when that checkpoint was saved."""
         self.run_dir = Path(run_dir)
         self.config = config
         self.console_keys = config.console_keys or console_keys
         self.run_dir.mkdir(parents=True, exist_ok=True)
         name = config.run_name or self.run_dir.name
+        run_ids = run_ids or {}
         self._jsonl = None
+        if resume_step is not None:
+            keep_records_up_to(self.run_dir / "metrics.jsonl", resume_step)
         if "jsonl" in config.sinks:  # kept open for the run; closed by close()
             self._jsonl = open(self.run_dir / "metrics.jsonl", "a")  # noqa: SIM115
         self._tensorboard = None
         if "tensorboard" in config.sinks:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"))
+            purge = None if resume_step is None else resume_step + 1
+            self._tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge)
         self._wandb = self._mlflow = None
         if "wandb" in config.sinks:
             wandb = _optional("wandb")
             self._wandb = wandb.init(
-                project=config.project, name=name, config=run_config, dir=str(self.run_dir)
+                project=config.project,
+                name=name,
+                config=run_config,
+                dir=str(self.run_dir),
+                id=run_ids.get("wandb"),
+                resume="allow" if "wandb" in run_ids else None,
             )
         if "mlflow" in config.sinks:
             self._mlflow = _optional("mlflow")
             self._mlflow.set_experiment(config.project)
-            self._mlflow.start_run(run_name=name)
-            if run_config:
+            self._mlflow.start_run(run_name=name, run_id=run_ids.get("mlflow"))
+            if run_config and "mlflow" not in run_ids:
                 self._mlflow.log_params(_flatten(run_config))
+
+    def run_ids(self) -> dict[str, str]:
+        """The ids of the wandb / mlflow runs, kept in checkpoints to reopen them on resume."""
+        ids = {}
+        if self._wandb is not None:
+            ids["wandb"] = self._wandb.id
+        if self._mlflow is not None:
+            ids["mlflow"] = self._mlflow.active_run().info.run_id
+        return ids
 
     def log(self, metrics: dict[str, float], step: int, *, printer: Any = print) -> None:
         """Write ``metrics`` of ``step`` to every sink (``printer`` shows the console line,
@@ -99,6 +127,19 @@ class Tracker:
             self._wandb.finish()
         if self._mlflow is not None:
             self._mlflow.end_run()
+
+
+def keep_records_up_to(path: Path, step: int) -> None:
+    """Drop the JSONL records of steps after ``step`` (written by an attempt that did not
+    reach its next checkpoint), atomically."""
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
+    if len(kept) != len(lines):
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text("".join(kept))
+        temporary.replace(path)
 
 
 def console_line(step: int, metrics: dict[str, float]) -> str:

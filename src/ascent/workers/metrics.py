@@ -3,7 +3,9 @@
 Two kinds: loss terms (``SHARES``) are a micro-batch's share of its mini-batch value (already
 divided by the global denominators, times the number of ranks), so they are summed over the
 micro-batches of a mini-batch; everything else is a rate (clip fractions, KL estimates, grad
-norms) and is averaged. Both are then averaged over mini-batches and epochs, and over ranks.
+norms) and is averaged. Both are then averaged over mini-batches and epochs, and over ranks,
+except counts (``COUNTS``: optimiser steps skipped for a non-finite gradient), which are
+summed over mini-batches and epochs.
 """
 
 from collections import defaultdict
@@ -12,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 SHARES = frozenset({"pg_loss", "entropy", "kl_loss", "vf_loss", "loss"})
+COUNTS = frozenset({"skipped_steps"})
 
 
 class MetricAccumulator:
@@ -35,10 +38,11 @@ class MetricAccumulator:
         self._mini.clear()
 
     def result(self, device: torch.device) -> dict[str, float]:
-        """Means over mini-batches, then over ranks (the same dict on every rank)."""
+        """Means (sums for counts) over mini-batches, then means over ranks (the same dict
+        on every rank)."""
         names = sorted(self._done)
         local = torch.tensor(
-            [sum(self._done[n]) / len(self._done[n]) for n in names],
+            [sum(self._done[n]) / (1 if n in COUNTS else len(self._done[n])) for n in names],
             dtype=torch.float64,
             device=device,
         )

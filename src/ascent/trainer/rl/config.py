@@ -132,9 +132,31 @@ class RLTrainerSettings(Strict):
     val_at_start: bool = Field(True, description="Validate before the first step.")
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0: at the end only).")
     keep_last: int | None = Field(2, ge=1, description="Checkpoints kept (None: all).")
-    resume: str = Field("auto", description="auto (newest checkpoint of run_dir), off, or a path.")
+    resume: str = Field(
+        "auto",
+        description="auto (newest intact checkpoint of run_dir), off, or a checkpoint or run "
+        "directory.",
+    )
     export: bool = Field(True, description="Write the final policy as a transformers checkpoint.")
-    seed: int = Field(0, description="Seed of sampling and data order.")
+    save_optimizer: bool = Field(
+        True,
+        description="Keep optimiser state in checkpoints (off: a third of the size; a "
+        "resumed run restarts Adam's moments).",
+    )
+    checksum_checkpoints: bool = Field(
+        True, description="sha256 of every checkpoint file, checked on resume (off: sizes only)."
+    )
+    seed: int = Field(0, description="Seed of sampling, data order and every worker's RNGs.")
+    deterministic: bool = Field(
+        False,
+        description="Deterministic kernels everywhere (bitwise-repeatable runs; slower on GPU).",
+    )
+    max_consecutive_nonfinite: int = Field(
+        3,
+        ge=0,
+        description="Stop after this many steps in a row whose update was skipped for "
+        "a non-finite loss or gradient (their batches are saved); 0: never stop.",
+    )
     progress_bar: bool = Field(True, description="Show a progress bar with ETA.")
     log_generations: int = Field(
         4, ge=0, description="Generations per step written to generations.jsonl."

@@ -4,69 +4,79 @@ import time
 
 from tqdm import tqdm
 
+from ascent.trainer.faults import StopRequest
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.run import RLRun
 
 
 def train_rl(config: RLConfig) -> dict:
-    """Run RL; returns the validation history and where the run wrote its outputs."""
+    """Run RL; returns the validation history and where the run wrote its outputs.
+
+    SIGTERM / SIGINT end the run after the current step with a checkpoint (``stopped`` names
+    the signal in the result); an exception (a dead worker, non-finite updates, a failed
+    save) ends it without saving anything, so the last checkpoint is the one to resume from.
+    """
     run = RLRun(config)
-    cfg, history = config.trainer, []
-    progress = tqdm(
-        total=run.total_steps, initial=run.start_step, disable=not cfg.progress_bar, desc="rl"
-    )
-    try:
-        if run.start_step == 0 and cfg.val_at_start:
-            history.append((0, run.validate()))
-            run.tracker.log(history[-1][1], 0, printer=tqdm.write)
-        for step in range(run.start_step, run.total_steps):
-            began = time.perf_counter()
-            batch, metrics = run.collect(step)  # generate + score
-            if run.plan.recompute_log_probs:  # else the update's first forward is lp_old
-                with run.timer("old_log_prob"):
-                    batch = batch.union(run.actor.log_probs(batch))  # old log-probs, entropy
-            if run.reference is not None:
-                with run.timer("ref"):
-                    batch = batch.union(run.reference.log_probs(batch))
-            elif run.plan.reference:  # LoRA: adapters off
-                batch = batch.union(run.actor.ref_log_probs(batch))
-            if run.critic is not None:
-                with run.timer("values"):
-                    batch = batch.union(run.critic.values(batch))
-            with run.timer("adv"):
-                batch, algo_metrics = run.algorithm(batch)  # shaping, KL, advantages
-            metrics |= algo_metrics
-            if run.critic is not None:
-                with run.timer("update_critic"):
-                    metrics |= run.critic.update(batch)[0]
-            if step >= config.critic.warmup_steps or run.critic is None:
-                with run.timer("update_actor"):
-                    metrics |= run.actor.update(batch)[0]
-                with run.timer("sync"):
-                    run.sync_rollout()  # new weights to the generator
-            done = step + 1
-            if cfg.val_every and (done % cfg.val_every == 0 or done == run.total_steps):
-                with run.timer("validation"):
-                    history.append((done, run.validate()))
-                metrics |= history[-1][1]
-            if cfg.save_every and done % cfg.save_every == 0 and done < run.total_steps:
-                with run.timer("save"):
-                    run.save(done)
-            run.timings["timing_s/step"] = time.perf_counter() - began
-            run.log(done, batch, metrics, printer=tqdm.write)
-            progress.update(1)
-            progress.set_postfix(score=f"{metrics.get('critic/score/mean', float('nan')):.3f}")
-        run.save(run.total_steps)
-        export_dir = None
-        if cfg.export:
-            export_dir = str(run.run_dir / "hf")
-            run.actor.export(export_dir)
-        return {
-            "run_dir": str(run.run_dir),
-            "validation": history,
-            "export_dir": export_dir,
-            "steps": run.total_steps,
-        }
-    finally:
-        progress.close()
-        run.close()
+    cfg, history, done = config.trainer, [], run.start_step
+    progress = tqdm(total=run.total_steps, initial=done, disable=not cfg.progress_bar, desc="rl")
+    with StopRequest() as stop:
+        try:
+            if run.start_step == 0 and cfg.val_at_start:
+                history.append((0, run.validate()))
+                run.tracker.log(history[-1][1], 0, printer=tqdm.write)
+            for step in range(run.start_step, run.total_steps):
+                began = time.perf_counter()
+                rollouts, metrics = run.collect(step)  # generate + score
+                batch = rollouts
+                if run.plan.recompute_log_probs:  # else the update's first forward is lp_old
+                    with run.timer("old_log_prob"):
+                        batch = batch.union(run.actor.log_probs(batch))  # old lp, entropy
+                if run.reference is not None:
+                    with run.timer("ref"):
+                        batch = batch.union(run.reference.log_probs(batch))
+                elif run.plan.reference:  # LoRA: adapters off
+                    batch = batch.union(run.actor.ref_log_probs(batch))
+                if run.critic is not None:
+                    with run.timer("values"):
+                        batch = batch.union(run.critic.values(batch))
+                with run.timer("adv"):
+                    batch, algo_metrics = run.algorithm(batch)  # shaping, KL, advantages
+                metrics |= algo_metrics
+                if run.critic is not None:
+                    with run.timer("update_critic"):
+                        metrics |= run.critic.update(batch)[0]
+                if step >= config.critic.warmup_steps or run.critic is None:
+                    with run.timer("update_actor"):
+                        metrics |= run.actor.update(batch)[0]
+                    with run.timer("sync"):
+                        run.sync_rollout()  # new weights to the generator
+                done = step + 1
+                run.nonfinite.check(done, rollouts, metrics)  # skipped updates; K in a row stop
+                if cfg.val_every and (done % cfg.val_every == 0 or done == run.total_steps):
+                    with run.timer("validation"):
+                        history.append((done, run.validate()))
+                    metrics |= history[-1][1]
+                if cfg.save_every and done % cfg.save_every == 0 and done < run.total_steps:
+                    with run.timer("save"):
+                        run.save(done)
+                run.timings["timing_s/step"] = time.perf_counter() - began
+                run.log(done, batch, metrics, printer=tqdm.write)
+                progress.update(1)
+                progress.set_postfix(score=f"{metrics.get('critic/score/mean', float('nan')):.3f}")
+                if stop.signal is not None:
+                    break
+            run.save(done)
+            export_dir = None
+            if cfg.export and stop.signal is None:
+                export_dir = str(run.run_dir / "hf")
+                run.actor.export(export_dir)
+            return {
+                "run_dir": str(run.run_dir),
+                "validation": history,
+                "export_dir": export_dir,
+                "steps": done,
+                "stopped": stop.signal.name if stop.signal is not None else None,
+            }
+        finally:
+            progress.close()
+            run.close()

@@ -100,7 +100,12 @@ def spawn_roles(config: RLConfig, plan: Plan) -> dict[str, WorkerGroup]:
         roles["critic"] = Role(CriticWorker, args=(critic_config(config, plan),))
     if colocated:
         roles["rollout"] = Role(RolloutWorker, args=(rollout_config(config, True),))
-    options = {"backend": config.resources.backend, "ray_address": config.resources.ray_address}
+    options = {
+        "backend": config.resources.backend,
+        "ray_address": config.resources.ray_address,
+        "seed": config.trainer.seed,
+        "deterministic": config.trainer.deterministic,
+    }
     groups = spawn_groups(roles, config.resources.pool(), **options)
     if not colocated:
         own = config.rollout.resources
@@ -109,6 +114,8 @@ def spawn_roles(config: RLConfig, plan: Plan) -> dict[str, WorkerGroup]:
             own.pool(),
             backend=own.backend,
             ray_address=own.ray_address or config.resources.ray_address,
+            seed=config.trainer.seed,
+            deterministic=config.trainer.deterministic,
         )
         groups["rollout"] = separate["rollout"]
     return groups

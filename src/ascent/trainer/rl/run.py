@@ -14,16 +14,19 @@ import torch
 from ascent.algos.group_filter import groups_with_signal
 from ascent.batch import Batch
 from ascent.config import dump_config
+from ascent.controller import WorkerGroup
 from ascent.data.rl import PromptStream, load_rl_prompts, prompts_batch
 from ascent.models.loading import load_tokenizer
 from ascent.rewards.manager import RewardManager
 from ascent.rollout import sync_weights
 from ascent.rollout.types import response_lengths
+from ascent.trainer.checkpoint_parts import restore_rng, save_config, save_model_files, save_rng
 from ascent.trainer.checkpoints import Checkpoints
+from ascent.trainer.faults import NonFiniteGuard
 from ascent.trainer.rl.advantage import AdvantageStage
 from ascent.trainer.rl.config import RLConfig, make_plan
 from ascent.trainer.rl.roles import spawn_roles
-from ascent.trainer.tracking import Tracker
+from ascent.trainer.tracking import Tracker, keep_records_up_to
 
 CONSOLE = [
     "critic/score/mean",
@@ -64,15 +67,29 @@ class RLRun:
         self.algorithm = AdvantageStage(
             self.plan, config.algorithm.kl, config.rollout.max_response_length
         )
-        self.checkpoints = Checkpoints(self.run_dir, keep_last=cfg.keep_last)
+        self.checkpoints = Checkpoints(
+            self.run_dir, keep_last=cfg.keep_last, checksums=cfg.checksum_checkpoints
+        )
+        self.resume_from = self.checkpoints.resolve(cfg.resume)  # verified before any work
+        resumed = Checkpoints.state(self.resume_from) if self.resume_from else {}
+        self.weight_version = resumed.get("weight_version", 0)  # updates the rollout has seen
+        self.nonfinite = NonFiniteGuard(cfg.max_consecutive_nonfinite, self.run_dir / "nonfinite")
         self.groups = spawn_roles(config, self.plan)
         self.actor, self.rollout = self.groups["actor"], self.groups["rollout"]
         self.critic, self.reference = self.groups.get("critic"), self.groups.get("reference")
+        write_processes(self.run_dir / "processes.json", self.groups)
+        if resumed:  # what the lost attempt logged after the checkpoint is logged again
+            keep_records_up_to(self.run_dir / "generations.jsonl", resumed["step"])
         self.tracker = Tracker(
-            self.run_dir, config.tracking, config.model_dump(mode="json"), console_keys=CONSOLE
+            self.run_dir,
+            config.tracking,
+            config.model_dump(mode="json"),
+            console_keys=CONSOLE,
+            resume_step=resumed.get("step"),
+            run_ids=resumed.get("tracking"),
         )
         self.timings: dict[str, float] = {}
-        self.start_step = self._resume()
+        self.start_step = self.saved_step = self._resume(resumed)
 
     # -- stages the loop calls --------------------------------------------------------------
 
@@ -138,11 +155,14 @@ class RLRun:
             print(f"dynamic sampling: only {groups} group(s) with signal after the refill rounds")
         return batch.index(slice(0, groups * n))
 
-    def sync_rollout(self) -> None:
+    def sync_rollout(self, updated: bool = True) -> None:
+        """The actor's weights into the rollout engine; ``weight_version`` counts the
+        updates it has been given (logged as rollout/weight_version, kept in checkpoints)."""
         if self.config.rollout.resources is None:
             self.rollout.sync_from_colocated("actor")
         else:
             sync_weights(self.actor, self.rollout, self.config.rollout.weight_bucket_bytes)
+        self.weight_version += int(updated)
 
     def validate(self) -> dict[str, float]:
         """Greedy answers to the validation prompts: val/<data_source>/acc and /score."""
@@ -168,7 +188,8 @@ class RLRun:
             metrics["rollout/mismatch_kl"] = metrics["actor/rollout_mismatch_k3"]
         tokens = float(batch["attention_mask"].sum())
         metrics |= self.timings | {
-            "perf/throughput": tokens / max(self.timings.get("timing_s/step", math.inf), 1e-9)
+            "rollout/weight_version": float(self.weight_version),
+            "perf/throughput": tokens / max(self.timings.get("timing_s/step", math.inf), 1e-9),
         }
         self.tracker.log(metrics, step, printer=printer)
         self.timings = {}
@@ -191,32 +212,56 @@ class RLRun:
 
     # -- checkpoints ------------------------------------------------------------------------
 
-    def save(self, step: int) -> Path:
-        def write_roles(directory: Path) -> None:
-            self.actor.save_checkpoint(str(directory / "actor"))
-            if self.critic is not None:
-                self.critic.save_checkpoint(str(directory / "critic"))
+    @property
+    def process_pools(self) -> dict[str, WorkerGroup]:
+        """One group per set of worker processes (colocated roles share the actor's)."""
+        pools = {"actor": self.actor}
+        if self.rollout.hosts is not self.actor.hosts:
+            pools["rollout"] = self.rollout
+        return pools
 
-        state = {"data": self.stream.state()}
+    def save(self, step: int) -> Path:
+        """Every role's training state, every process's RNGs, the data position, the KL
+        controller, counters and tracking ids, the config and the model's files."""
+        if step == self.saved_step:  # e.g. the end of a run resumed at its last step
+            return self.checkpoints.root / f"step_{step:08d}"
+        with_optimizer = self.config.trainer.save_optimizer
+
+        def write_parts(directory: Path) -> None:
+            self.actor.save_checkpoint(str(directory / "actor"), with_optimizer)
+            if self.critic is not None:
+                self.critic.save_checkpoint(str(directory / "critic"), with_optimizer)
+            save_rng(directory, self.process_pools)
+            save_config(directory, self.run_dir)
+            model = self.config.model
+            save_model_files(directory, model.path, self.tokenizer, model.trust_remote_code)
+
+        state = {
+            "data": self.stream.state(),
+            "weight_version": self.weight_version,
+            "nonfinite": self.nonfinite.state_dict(),
+            "tracking": self.tracker.run_ids(),
+        }
         if self.algorithm.controller is not None:
             state["kl_controller"] = self.algorithm.controller.state_dict()
-        return self.checkpoints.save(step, write_roles, state)
+        saved = self.checkpoints.save(step, write_parts, state)
+        self.saved_step = step
+        return saved
 
-    def _resume(self) -> int:
-        setting = self.config.trainer.resume
-        if setting == "off":
+    def _resume(self, state: dict) -> int:
+        if not state:
             return 0
-        checkpoint = self.checkpoints.latest() if setting == "auto" else Path(setting)
-        if checkpoint is None:
-            return 0
-        state = Checkpoints.state(checkpoint)
+        checkpoint = self.resume_from
         self.actor.load_checkpoint(str(checkpoint / "actor"))
         if self.critic is not None:
             self.critic.load_checkpoint(str(checkpoint / "critic"))
         self.stream.load_state(state["data"])
         if self.algorithm.controller is not None and "kl_controller" in state:
             self.algorithm.controller.load_state_dict(state["kl_controller"])
-        self.sync_rollout()
+        if "nonfinite" in state:
+            self.nonfinite.load_state_dict(state["nonfinite"])
+        self.sync_rollout(updated=False)
+        restore_rng(checkpoint, self.process_pools)  # after the sync, which may draw
         print(f"resumed from {checkpoint} at step {state['step']}")
         return state["step"]
 
@@ -225,3 +270,13 @@ class RLRun:
         self.rewards.close()
         for group in {id(g.hosts): g for g in self.groups.values()}.values():  # colocated share
             group.shutdown()
+
+
+def write_processes(path: Path, groups: dict[str, WorkerGroup]) -> None:
+    """Role, rank, host and pid of every worker process (for py-spy, top, or a kill)."""
+    rows = [
+        {"role": role, "rank": info.rank, "host": info.host, "pid": info.pid, "device": info.device}
+        for role, group in groups.items()
+        for info in group.infos
+    ]
+    path.write_text(json.dumps(rows, indent=1))

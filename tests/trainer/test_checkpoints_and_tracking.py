@@ -1,11 +1,15 @@
-"""Checkpoint directories are atomic and pruned; metrics reach the JSONL and TensorBoard."""
+"""Checkpoint directories are atomic, pruned and verified against their manifests; a failed
+write leaves the last good one; metrics reach the JSONL and TensorBoard, and a resumed run's
+records continue from its checkpoint."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 from pydantic import ValidationError
 
-from ascent.trainer.checkpoints import Checkpoints
+from ascent.trainer.checkpoints import CheckpointError, Checkpoints, verify
 from ascent.trainer.tracking import Tracker, TrackingConfig
 
 
@@ -64,3 +68,77 @@ def test_tracker_writes_jsonl_tensorboard_and_console(tmp_path, capsys):
 def test_tracking_sinks_are_checked():
     with pytest.raises(ValidationError):
         TrackingConfig(sinks=["console", "neptune"])
+
+
+def test_verify_names_truncated_changed_and_missing_files(tmp_path):
+    checkpoints = Checkpoints(tmp_path)
+    saved = checkpoints.save(1, write_role, {})
+    assert verify(saved) == []
+    weights = saved / "actor" / "weights"
+    weights.write_text("x")  # same size, other bytes
+    assert verify(saved) == ["actor/weights changed since it was written (sha256 differs)"]
+    weights.write_text("")
+    assert verify(saved) == ["actor/weights has 0 bytes, 1 written"]
+    weights.unlink()
+    assert verify(saved) == ["actor/weights is missing"]
+    with pytest.raises(CheckpointError, match="actor/weights is missing"):
+        checkpoints.resolve(str(saved))
+    assert checkpoints.resolve("auto") is None  # the only checkpoint is broken
+    assert checkpoints.resolve("off") is None
+
+
+def test_resolve_takes_a_run_directory_and_auto_falls_back(tmp_path, capsys):
+    checkpoints = Checkpoints(tmp_path)
+    for step in (1, 2):
+        checkpoints.save(step, write_role, {})
+    (tmp_path / "checkpoints" / "step_00000002" / "manifest.json").write_text("{not json")
+    assert checkpoints.resolve("auto").name == "step_00000001"
+    assert "skipping checkpoint" in capsys.readouterr().err
+    assert Checkpoints(tmp_path / "elsewhere").resolve(str(tmp_path)).name == "step_00000001"
+    with pytest.raises(CheckpointError, match="no such checkpoint directory"):
+        checkpoints.resolve(str(tmp_path / "nope"))
+
+
+FULL_DISK = """
+import resource, sys
+from pathlib import Path
+from ascent.trainer.checkpoints import CheckpointError, Checkpoints
+
+checkpoints = Checkpoints(sys.argv[1])
+checkpoints.save(1, lambda d: (d / "weights").write_bytes(bytes(1000)), {})
+# From here on no file may grow past 64 KiB: the kernel refuses the write (EFBIG), as a
+# full disk would (ENOSPC).
+resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))
+try:
+    checkpoints.save(2, lambda d: (d / "weights").write_bytes(bytes(1 << 20)), {})
+except CheckpointError as error:
+    print(error)
+"""
+
+
+def test_a_failed_write_never_replaces_the_last_good_checkpoint(tmp_path):
+    """A real failed write (the process's file-size limit), not a simulated exception."""
+    result = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(tmp_path)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert "saving the checkpoint of step 2 failed (OSError" in result.stdout
+    assert "the last good checkpoint is" in result.stdout and "step_00000001" in result.stdout
+    checkpoints = Checkpoints(tmp_path)
+    assert checkpoints.latest().name == "step_00000001" and verify(checkpoints.latest()) == []
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "latest",
+        "step_00000001",
+    ]  # the partial step 2 was removed, its space given back
+
+
+def test_a_resumed_tracker_drops_the_records_after_the_checkpoint(tmp_path):
+    tracker = Tracker(tmp_path, TrackingConfig(sinks=["jsonl"]))
+    for step in range(4):
+        tracker.log({"loss": float(step)}, step)
+    tracker.close()
+    tracker = Tracker(tmp_path, TrackingConfig(sinks=["jsonl"]), resume_step=2)
+    tracker.log({"loss": 30.0}, 3)
+    tracker.close()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(line["step"], line["loss"]) for line in lines] == [(0, 0), (1, 1), (2, 2), (3, 30)]

@@ -6,7 +6,6 @@ replay to the same update, and a misbehaving scorer does not stop a run."""
 
 import json
 import math
-import random
 
 import pytest
 from transformers import AutoTokenizer
@@ -16,55 +15,7 @@ from ascent.trainer.rl.config import RLConfig, make_plan
 from ascent.trainer.rl.loop import train_rl
 from ascent.trainer.rl.presets import PRESETS
 from tests.rewards.scorers import digit_share
-
-
-@pytest.fixture(scope="module")
-def prompts(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("rl-prompts")
-    r = random.Random(0)
-    rows = [
-        {
-            "data_source": "digits",
-            "prompt": "say " + "".join(r.choice("abcdefgh") for _ in range(4)),
-            "reward_model": {"ground_truth": ""},
-        }
-        for _ in range(256)
-    ]
-    (folder / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    (folder / "val.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows[:16]))
-    return folder
-
-
-def config(tiny_model, prompts, run_dir, *overrides):
-    return load_config(
-        RLConfig,
-        None,
-        [
-            f"model.path={tiny_model}",
-            f"data.train_files=[{prompts / 'train.jsonl'}]",
-            f"data.val_files=[{prompts / 'val.jsonl'}]",
-            "data.prompts_per_step=8",
-            "data.chat_template=false",
-            "rollout.samples_per_prompt=8",
-            "rollout.max_response_length=8",
-            "actor.optim.lr=3e-3",
-            "reward.function=tests.rewards.scorers:digit_share",
-            "reward.workers=0",
-            f"trainer.run_dir={run_dir}",
-            "trainer.val_every=0",
-            "trainer.val_at_start=false",
-            "trainer.progress_bar=false",
-            "trainer.export=false",
-            "trainer.resume=off",
-            "tracking.sinks=[jsonl]",
-            *overrides,
-        ],
-    )
-
-
-def metric(run_dir, key):
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [record[key] for record in map(json.loads, lines) if key in record]
+from tests.trainer.rl_setup import config, metric
 
 
 def assert_learned(run_dir):

@@ -1,0 +1,7 @@
+"""``python -m ascent ...`` is the ``ascent`` command."""
+
+import sys
+
+from ascent.cli import main
+
+sys.exit(main())

@@ -1,0 +1,108 @@
+"""``ascent train`` as a real process, interrupted: SIGTERM mid-run saves at the step
+boundary and exits 143, and the rerun ends with the same metrics as a run never stopped; a
+killed worker process is named (role, rank), nothing partial is saved, the driver exits 1,
+and the rerun continues from the last checkpoint."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ascent.config import dump_config
+from ascent.trainer.rl.loop import train_rl
+from tests.trainer.rl_setup import config, metric
+from tests.trainer.test_resume import records
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start(config_file, *overrides):
+    """``python -m ascent train CONFIG ...`` in its own process (tests' modules importable)."""
+    environment = os.environ | {"PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ascent", "train", str(config_file), *overrides],
+        cwd=ROOT,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_step(process, run_dir, step, timeout_s=180):
+    """Until the run has logged ``step`` (or it ended: then fail with its output)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            out, err = process.communicate()
+            pytest.fail(f"the run ended early ({process.returncode}):\n{out}\n{err}")
+        metrics = run_dir / "metrics.jsonl"
+        if metrics.exists() and step in metric(run_dir, "step"):
+            return
+        time.sleep(0.2)
+    process.kill()
+    pytest.fail(f"step {step} was not logged within {timeout_s} s")
+
+
+@pytest.mark.integration
+def test_sigterm_saves_at_the_step_boundary_and_the_rerun_matches(tiny_model, prompts, tmp_path):
+    steps = ["trainer.total_steps=6", "trainer.deterministic=true", "trainer.resume=auto"]
+    train_rl(config(tiny_model, prompts, tmp_path / "straight", *steps))
+    run_dir = tmp_path / "stopped"
+    config_file = tmp_path / "stopped.yaml"
+    dump_config(config(tiny_model, prompts, run_dir, *steps), config_file)
+
+    process = start(config_file)
+    wait_for_step(process, run_dir, 2)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, err
+    stopped_at = int(re.search(r"stopped by SIGTERM after step (\d+)", out).group(1))
+    assert 2 <= stopped_at < 6
+    assert [p.name for p in (run_dir / "checkpoints").glob("step_*")] == [f"step_{stopped_at:08d}"]
+
+    rerun = start(config_file)
+    out, err = rerun.communicate(timeout=180)
+    assert rerun.returncode == 0, err
+    assert f"at step {stopped_at}" in out
+    assert records(run_dir) == records(tmp_path / "straight")  # nothing lost, nothing repeated
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_killed_worker_is_named_and_the_rerun_continues(tiny_model, prompts, tmp_path):
+    run_dir = tmp_path / "run"
+    config_file = tmp_path / "run.yaml"
+    settings = [
+        "trainer.total_steps=5",
+        "trainer.save_every=1",
+        "trainer.resume=auto",
+        "resources.devices_per_node=2",
+    ]
+    dump_config(config(tiny_model, prompts, run_dir, *settings), config_file)
+
+    process = start(config_file)
+    wait_for_step(process, run_dir, 2)
+    processes = json.loads((run_dir / "processes.json").read_text())
+    victim = next(p for p in processes if p["role"] == "actor" and p["rank"] == 1)
+    os.kill(victim["pid"], signal.SIGKILL)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 1, err
+    assert re.search(rf"worker of rank 1 \(host .*, pid {victim['pid']}\) died", err), err
+    assert "the last checkpoint is" in err and "Traceback" not in err
+    checkpoints = run_dir / "checkpoints"
+    assert not list(checkpoints.glob(".step_*"))  # nothing partial left behind
+    saved = sorted(p.name for p in checkpoints.glob("step_*"))
+    last = int(saved[-1].removeprefix("step_"))
+
+    rerun = start(config_file)
+    out, err = rerun.communicate(timeout=240)
+    assert rerun.returncode == 0, err
+    assert f"at step {last}" in out
+    assert metric(run_dir, "step") == [1, 2, 3, 4, 5]  # each step logged once

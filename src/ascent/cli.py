@@ -78,9 +78,12 @@ def _sft(args: argparse.Namespace) -> int:
     config = _config(SFTConfig, args, args.overrides)
     if config is None:
         return 2
-    result = train_sft(config)
+    try:
+        result = train_sft(config)
+    except _run_failures() as error:
+        return _failed(args.command, error, config.trainer.run_dir)
     print(f"validation loss: {[round(loss, 4) for _, loss in result['val_loss']]}")
-    return 0
+    return _stopped(result)
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -24,7 +24,9 @@ from ascent.data.sft import SFTDataConfig, SFTExample, load_sft_examples
 from ascent.engine import FSDPConfig, ModelConfig, OptimConfig, data_parallel_order
 from ascent.engine.config import Strict
 from ascent.models.loading import load_tokenizer
+from ascent.trainer.checkpoint_parts import restore_rng, save_config, save_model_files, save_rng
 from ascent.trainer.checkpoints import Checkpoints
+from ascent.trainer.faults import StopRequest
 from ascent.trainer.settings import ResourcesConfig, resume_setting
 from ascent.trainer.tracking import Tracker, TrackingConfig
 from ascent.workers.sft import SFTWorker, SFTWorkerConfig
@@ -42,9 +44,18 @@ class SFTTrainerSettings(Strict):
     val_batch_size: int = Field(64, ge=1, description="Examples per validation batch.")
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0: at the end only).")
     keep_last: int | None = Field(2, ge=1, description="Checkpoints kept (None: all).")
-    resume: str = Field("auto", description="auto (newest checkpoint of run_dir), off, or a path.")
+    resume: str = Field(
+        "auto",
+        description="auto (newest intact checkpoint of run_dir), off, or a checkpoint or run "
+        "directory.",
+    )
     export: bool = Field(True, description="Write a transformers checkpoint to run_dir/hf.")
-    seed: int = Field(0, description="Seed of the data order.")
+    save_optimizer: bool = Field(True, description="Keep optimiser state in checkpoints.")
+    checksum_checkpoints: bool = Field(
+        True, description="sha256 of every checkpoint file, checked on resume (off: sizes only)."
+    )
+    seed: int = Field(0, description="Seed of the data order and the worker's RNGs.")
+    deterministic: bool = Field(False, description="Deterministic kernels everywhere.")
     progress_bar: bool = Field(True, description="Show a progress bar with ETA.")
 
     @field_validator("resume", mode="before")
@@ -130,23 +141,23 @@ def train_sft(config: SFTConfig) -> dict:
         args=(worker_config,),
         backend=config.resources.backend,
         ray_address=config.resources.ray_address,
+        seed=cfg.seed,
+        deterministic=cfg.deterministic,
     )
-    checkpoints = Checkpoints(run_dir, keep_last=cfg.keep_last)
+    checkpoints = Checkpoints(run_dir, keep_last=cfg.keep_last, checksums=cfg.checksum_checkpoints)
+    resume_from = checkpoints.resolve(cfg.resume)
+    start = Checkpoints.state(resume_from)["step"] if resume_from is not None else 0
     tracker = Tracker(
         run_dir,
         config.tracking,
         config.model_dump(mode="json"),
         console_keys=["sft/loss", "sft/grad_norm", "sft/lr", "val/loss", "timing_s/step"],
-    )
-    start = 0
-    resume_from = (
-        None
-        if cfg.resume == "off"
-        else (checkpoints.latest() if cfg.resume == "auto" else Path(cfg.resume))
+        resume_step=start if resume_from is not None else None,
+        run_ids=Checkpoints.state(resume_from).get("tracking") if resume_from else None,
     )
     if resume_from is not None:
         group.load_checkpoint(str(resume_from / "sft"))
-        start = Checkpoints.state(resume_from)["step"]
+        restore_rng(resume_from, {"sft": group})
         print(f"resumed from {resume_from} at step {start}")
 
     def validate() -> float:
@@ -165,45 +176,56 @@ def train_sft(config: SFTConfig) -> dict:
         return total / max(tokens, 1.0)
 
     def save(step: int) -> None:
-        checkpoints.save(step, lambda directory: group.save_checkpoint(str(directory / "sft")), {})
+        def write_parts(directory: Path) -> None:
+            group.save_checkpoint(str(directory / "sft"), cfg.save_optimizer)
+            save_rng(directory, {"sft": group})
+            save_config(directory, run_dir)
+            model = config.model
+            save_model_files(directory, model.path, tokenizer, model.trust_remote_code)
 
-    result: dict = {"run_dir": str(run_dir), "val_loss": [], "steps": total_steps}
+        if step != start:  # a run resumed at its last step has nothing new to save
+            checkpoints.save(step, write_parts, {"tracking": tracker.run_ids()})
+
+    result: dict = {"run_dir": str(run_dir), "val_loss": [], "steps": start, "stopped": None}
     progress = tqdm(total=total_steps, initial=start, disable=not cfg.progress_bar, desc="sft")
-    try:
-        if start == 0 and val_examples and cfg.val_every:
-            result["val_loss"].append((0, validate()))
-            tracker.log({"val/loss": result["val_loss"][-1][1]}, 0, printer=tqdm.write)
-        for step in range(start, total_steps):
-            epoch, offset = divmod(step, steps_per_epoch)
-            order = epoch_order(len(train_examples), epoch, cfg.seed)
-            picked = [
-                train_examples[i]
-                for i in order[offset * cfg.batch_size : (offset + 1) * cfg.batch_size]
-            ]
-            batch = for_ranks(collate(picked, pad_id), dp)
-            began = time.perf_counter()
-            metrics = group.train_step(batch)[0]
-            seconds = time.perf_counter() - began
-            metrics |= {
-                "timing_s/step": seconds,
-                "perf/throughput": float(batch["attention_mask"].sum()) / seconds,
-            }
-            done = step + 1
-            if cfg.val_every and (done % cfg.val_every == 0 or done == total_steps):
-                result["val_loss"].append((done, validate()))
-                metrics["val/loss"] = result["val_loss"][-1][1]
-            tracker.log(metrics, done, printer=tqdm.write)
-            progress.update(1)
-            progress.set_postfix(loss=f"{metrics['sft/loss']:.4f}")
-            result["train_loss"] = metrics["sft/loss"]
-            if cfg.save_every and done % cfg.save_every == 0 and done < total_steps:
-                save(done)
-        save(total_steps)
-        if cfg.export:
-            group.export(str(run_dir / "hf"))
-            result["export_dir"] = str(run_dir / "hf")
-    finally:
-        progress.close()
-        tracker.close()
-        group.shutdown()
+    done = start
+    with StopRequest() as stop:  # SIGTERM / SIGINT: finish the step, save, return
+        try:
+            if start == 0 and val_examples and cfg.val_every:
+                result["val_loss"].append((0, validate()))
+                tracker.log({"val/loss": result["val_loss"][-1][1]}, 0, printer=tqdm.write)
+            for step in range(start, total_steps):
+                epoch, offset = divmod(step, steps_per_epoch)
+                order = epoch_order(len(train_examples), epoch, cfg.seed)
+                rows = order[offset * cfg.batch_size : (offset + 1) * cfg.batch_size]
+                batch = for_ranks(collate([train_examples[i] for i in rows], pad_id), dp)
+                began = time.perf_counter()
+                metrics = group.train_step(batch)[0]
+                seconds = time.perf_counter() - began
+                metrics |= {
+                    "timing_s/step": seconds,
+                    "perf/throughput": float(batch["attention_mask"].sum()) / seconds,
+                }
+                done = step + 1
+                if cfg.val_every and (done % cfg.val_every == 0 or done == total_steps):
+                    result["val_loss"].append((done, validate()))
+                    metrics["val/loss"] = result["val_loss"][-1][1]
+                tracker.log(metrics, done, printer=tqdm.write)
+                progress.update(1)
+                progress.set_postfix(loss=f"{metrics['sft/loss']:.4f}")
+                result["train_loss"] = metrics["sft/loss"]
+                if stop.signal is not None:
+                    break
+                if cfg.save_every and done % cfg.save_every == 0 and done < total_steps:
+                    save(done)
+            save(done)
+            result["steps"] = done
+            result["stopped"] = stop.signal.name if stop.signal is not None else None
+            if cfg.export and stop.signal is None:
+                group.export(str(run_dir / "hf"))
+                result["export_dir"] = str(run_dir / "hf")
+        finally:
+            progress.close()
+            tracker.close()
+            group.shutdown()
     return result

@@ -80,10 +80,10 @@ def write_batch(
     try:
         tensors_path = staging / TENSORS_FILE
         safetensors.torch.save_file(_storable(tensors), tensors_path, metadata={"format": FORMAT})
-        _fsync(tensors_path)
+        fsync_path(tensors_path)
         (staging / JSON_FILE).write_text(text, encoding="utf-8")
-        _fsync(staging / JSON_FILE)
-        _fsync(staging)
+        fsync_path(staging / JSON_FILE)
+        fsync_path(staging)
         _publish(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -160,10 +160,10 @@ def _publish(staging: Path, target: Path) -> None:
             os.rename(retired, target)
             raise
         shutil.rmtree(retired)
-    _fsync(target.parent)
+    fsync_path(target.parent)
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
     """Flush a file or directory entry to the disk, so the rename publishes real bytes."""
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ascent.batch.storage import fsync_path
+
 STATE_FILE = "trainer_state.json"
 MANIFEST = "manifest.json"
 
@@ -71,7 +73,7 @@ class Checkpoints:
             shutil.rmtree(replaced, ignore_errors=True)
         else:
             os.replace(temporary, final)
-        _fsync_directory(self.root)
+        fsync_path(self.root)
         _write_durably(self.root / "latest", final.name)
         self._prune()
         return final
@@ -190,15 +192,5 @@ def _fsync_tree(directory: Path) -> None:
     """Flush every file the roles wrote (they may not have), so the rename that publishes
     the checkpoint cannot reach the disk before its contents."""
     for path in directory.rglob("*"):
-        if path.is_file():
-            with open(path, "rb") as file:
-                os.fsync(file.fileno())
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+        fsync_path(path)  # files and sub-directory entries
+    fsync_path(directory)

@@ -1,7 +1,8 @@
 """Exact resume: N steps straight and N/2 + resume + N/2 log identical metrics (GRPO, and PPO
 with its critic) in deterministic mode; a checkpoint resumes on another number of ranks; a
 corrupt newest checkpoint is skipped by ``auto`` and refused by path; non-finite updates are
-skipped, counted and stop the run with their batches saved."""
+skipped, counted and stop the run with their batches saved; checkpoints without optimiser
+state are smaller and resume."""
 
 import json
 import re
@@ -135,3 +136,20 @@ def test_non_finite_updates_are_skipped_counted_and_stop_the_run(
     assert optimiser_steps == [1, 1, 2, 2]  # skipped updates changed nothing
     assert not (tmp_path / "checkpoints" / "step_00000005").exists()
     assert "update skipped" in capsys.readouterr().err
+
+
+def test_checkpoints_without_optimizer_state_are_smaller_and_resume(
+    tiny_model, prompts, tmp_path, capsys
+):
+    def size(run_dir):
+        actor = run_dir / "checkpoints" / "step_00000002" / "actor"
+        return sum(p.stat().st_size for p in actor.rglob("*") if p.is_file())
+
+    with_adam, without = tmp_path / "with", tmp_path / "without"
+    train_rl(config(tiny_model, prompts, with_adam, "trainer.total_steps=2"))
+    lean = ["trainer.save_optimizer=false", "trainer.resume=auto"]
+    train_rl(config(tiny_model, prompts, without, "trainer.total_steps=2", *lean))
+    assert size(without) < 0.5 * size(with_adam)  # weights only: Adam's two moments are gone
+    train_rl(config(tiny_model, prompts, without, "trainer.total_steps=3", *lean))
+    assert "at step 2" in capsys.readouterr().out
+    assert metric(without, "step") == [1, 2, 3]

@@ -12,10 +12,25 @@ import torch
 
 from ascent.controller import WorkerGroup
 from ascent.controller.randomness import rng_state, set_rng_state
+from ascent.engine.config import ModelConfig
 
 RNG_FILE = "rng_states.pt"
 MODEL_FILES = "hf"  # config.json, generation_config.json, tokenizer files
 CONFIG_FILE = "config.yaml"
+
+
+def save_run_parts(
+    directory: Path,
+    pools: dict[str, WorkerGroup],
+    run_dir: Path,
+    model: ModelConfig,
+    tokenizer: object,
+) -> None:
+    """Everything but the roles' states: RNG states of the driver and of ``pools``, the
+    run's resolved config, and the model's transformers config and tokenizer."""
+    save_rng(directory, pools)
+    save_config(directory, run_dir)
+    save_model_files(directory, model.path, tokenizer, model.trust_remote_code)
 
 
 def save_rng(directory: Path, pools: dict[str, WorkerGroup]) -> None:

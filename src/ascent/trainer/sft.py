@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import torch
-from pydantic import Field, field_validator
+from pydantic import Field
 from tqdm import tqdm
 
 from ascent.batch import Batch
@@ -24,15 +24,15 @@ from ascent.data.sft import SFTDataConfig, SFTExample, load_sft_examples
 from ascent.engine import FSDPConfig, ModelConfig, OptimConfig, data_parallel_order
 from ascent.engine.config import Strict
 from ascent.models.loading import load_tokenizer
-from ascent.trainer.checkpoint_parts import restore_rng, save_config, save_model_files, save_rng
+from ascent.trainer.checkpoint_parts import restore_rng, save_run_parts
 from ascent.trainer.checkpoints import Checkpoints
 from ascent.trainer.faults import StopRequest
-from ascent.trainer.settings import ResourcesConfig, resume_setting
+from ascent.trainer.settings import ResourcesConfig, RunSettings
 from ascent.trainer.tracking import Tracker, TrackingConfig
 from ascent.workers.sft import SFTWorker, SFTWorkerConfig
 
 
-class SFTTrainerSettings(Strict):
+class SFTTrainerSettings(RunSettings):
     """The loop: batch size, length, evaluation, checkpoints."""
 
     run_dir: str = Field("runs/sft", description="Where checkpoints, metrics and the export go.")
@@ -42,26 +42,6 @@ class SFTTrainerSettings(Strict):
     tokens_per_micro_batch: int = Field(8192, ge=1, description="Token budget per forward.")
     val_every: int = Field(50, ge=0, description="Validation loss every N steps (0: never).")
     val_batch_size: int = Field(64, ge=1, description="Examples per validation batch.")
-    save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0: at the end only).")
-    keep_last: int | None = Field(2, ge=1, description="Checkpoints kept (None: all).")
-    resume: str = Field(
-        "auto",
-        description="auto (newest intact checkpoint of run_dir), off, or a checkpoint or run "
-        "directory.",
-    )
-    export: bool = Field(True, description="Write a transformers checkpoint to run_dir/hf.")
-    save_optimizer: bool = Field(True, description="Keep optimiser state in checkpoints.")
-    checksum_checkpoints: bool = Field(
-        True, description="sha256 of every checkpoint file, checked on resume (off: sizes only)."
-    )
-    seed: int = Field(0, description="Seed of the data order and the worker's RNGs.")
-    deterministic: bool = Field(False, description="Deterministic kernels everywhere.")
-    progress_bar: bool = Field(True, description="Show a progress bar with ETA.")
-
-    @field_validator("resume", mode="before")
-    @classmethod
-    def _yaml_off(cls, value: object) -> object:
-        return resume_setting(value)
 
 
 class SFTConfig(Strict):
@@ -146,14 +126,15 @@ def train_sft(config: SFTConfig) -> dict:
     )
     checkpoints = Checkpoints(run_dir, keep_last=cfg.keep_last, checksums=cfg.checksum_checkpoints)
     resume_from = checkpoints.resolve(cfg.resume)
-    start = Checkpoints.state(resume_from)["step"] if resume_from is not None else 0
+    resumed = Checkpoints.state(resume_from) if resume_from is not None else {}
+    start = resumed.get("step", 0)
     tracker = Tracker(
         run_dir,
         config.tracking,
         config.model_dump(mode="json"),
         console_keys=["sft/loss", "sft/grad_norm", "sft/lr", "val/loss", "timing_s/step"],
-        resume_step=start if resume_from is not None else None,
-        run_ids=Checkpoints.state(resume_from).get("tracking") if resume_from else None,
+        resume_step=resumed.get("step"),
+        run_ids=resumed.get("tracking"),
     )
     if resume_from is not None:
         group.load_checkpoint(str(resume_from / "sft"))
@@ -178,10 +159,7 @@ def train_sft(config: SFTConfig) -> dict:
     def save(step: int) -> None:
         def write_parts(directory: Path) -> None:
             group.save_checkpoint(str(directory / "sft"), cfg.save_optimizer)
-            save_rng(directory, {"sft": group})
-            save_config(directory, run_dir)
-            model = config.model
-            save_model_files(directory, model.path, tokenizer, model.trust_remote_code)
+            save_run_parts(directory, {"sft": group}, run_dir, config.model, tokenizer)
 
         if step != start:  # a run resumed at its last step has nothing new to save
             checkpoints.save(step, write_parts, {"tracking": tracker.run_ids()})

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from ascent.algos.advantages import ADVANTAGE_ESTIMATORS
 from ascent.algos.kl import kl_estimator_name
@@ -13,7 +13,7 @@ from ascent.data.rl import RLDataConfig
 from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, Strict
 from ascent.rewards.manager import RewardConfig
 from ascent.trainer.rl.presets import PRESETS
-from ascent.trainer.settings import ResourcesConfig, resume_setting
+from ascent.trainer.settings import ResourcesConfig, RunSettings
 from ascent.trainer.tracking import TrackingConfig
 from ascent.workers.config import RolloutCorrectionSettings
 
@@ -122,7 +122,7 @@ class AlgorithmSettings(Strict):
     overlong_penalty: float = Field(1.0, ge=0, description="Penalty at the length limit.")
 
 
-class RLTrainerSettings(Strict):
+class RLTrainerSettings(RunSettings):
     """The loop."""
 
     run_dir: str = Field("runs/rl", description="Checkpoints, metrics, generations, export.")
@@ -130,44 +130,17 @@ class RLTrainerSettings(Strict):
     epochs: int = Field(1, ge=1, description="Passes over the prompts when total_steps is None.")
     val_every: int = Field(10, ge=0, description="Validate every N steps (0: never).")
     val_at_start: bool = Field(True, description="Validate before the first step.")
-    save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0: at the end only).")
-    keep_last: int | None = Field(2, ge=1, description="Checkpoints kept (None: all).")
-    resume: str = Field(
-        "auto",
-        description="auto (newest intact checkpoint of run_dir), off, or a checkpoint or run "
-        "directory.",
-    )
-    export: bool = Field(True, description="Write the final policy as a transformers checkpoint.")
-    save_optimizer: bool = Field(
-        True,
-        description="Keep optimiser state in checkpoints (off: a third of the size; a "
-        "resumed run restarts Adam's moments).",
-    )
-    checksum_checkpoints: bool = Field(
-        True, description="sha256 of every checkpoint file, checked on resume (off: sizes only)."
-    )
-    seed: int = Field(0, description="Seed of sampling, data order and every worker's RNGs.")
-    deterministic: bool = Field(
-        False,
-        description="Deterministic kernels everywhere (bitwise-repeatable runs; slower on GPU).",
-    )
     max_consecutive_nonfinite: int = Field(
         3,
         ge=0,
         description="Stop after this many steps in a row whose update was skipped for "
         "a non-finite loss or gradient (their batches are saved); 0: never stop.",
     )
-    progress_bar: bool = Field(True, description="Show a progress bar with ETA.")
     log_generations: int = Field(
         4, ge=0, description="Generations per step written to generations.jsonl."
     )
     dump_rollouts: str | None = Field(None, description="Save each step's scored batch here.")
     replay_rollouts: str | None = Field(None, description="Train on saved batches, no generation.")
-
-    @field_validator("resume", mode="before")
-    @classmethod
-    def _yaml_off(cls, value: object) -> object:
-        return resume_setting(value)
 
 
 class RLConfig(Strict):

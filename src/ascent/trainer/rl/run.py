@@ -20,7 +20,7 @@ from ascent.models.loading import load_tokenizer
 from ascent.rewards.manager import RewardManager
 from ascent.rollout import sync_weights
 from ascent.rollout.types import response_lengths
-from ascent.trainer.checkpoint_parts import restore_rng, save_config, save_model_files, save_rng
+from ascent.trainer.checkpoint_parts import restore_rng, save_run_parts
 from ascent.trainer.checkpoints import Checkpoints
 from ascent.trainer.faults import NonFiniteGuard
 from ascent.trainer.rl.advantage import AdvantageStage
@@ -231,10 +231,9 @@ class RLRun:
             self.actor.save_checkpoint(str(directory / "actor"), with_optimizer)
             if self.critic is not None:
                 self.critic.save_checkpoint(str(directory / "critic"), with_optimizer)
-            save_rng(directory, self.process_pools)
-            save_config(directory, self.run_dir)
-            model = self.config.model
-            save_model_files(directory, model.path, self.tokenizer, model.trust_remote_code)
+            save_run_parts(
+                directory, self.process_pools, self.run_dir, self.config.model, self.tokenizer
+            )
 
         state = {
             "data": self.stream.state(),

@@ -5,7 +5,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from ascent.batch import Batch
+from ascent.batch import Batch, Padding
 
 # construction and access
 
@@ -304,6 +304,34 @@ def test_concat_checks_fields_and_merges_meta(batch):
     merged = Batch.concat([batch.with_meta(a=1), batch.with_meta(b=2)])
     assert merged.meta == {"step": 3, "weight_version": 2, "a": 1, "b": 2}
     assert Batch.concat([batch]).equals(batch)
+
+
+def test_concat_widens_padded_fields_to_the_widest():
+    """Batches padded to their own widths (prompts left-padded, responses right-padded)
+    concatenate once those fields are named in ``pad``; the others must still match."""
+    narrow = Batch.from_dict(
+        {"prompts": torch.tensor([[7, 8]]), "mask": torch.tensor([[1, 1]]), "r": torch.ones(1, 2)}
+    )
+    wide = Batch.from_dict(
+        {
+            "prompts": torch.tensor([[0, 5, 6, 7]]),
+            "mask": torch.tensor([[0, 1, 1, 1]]),
+            "r": torch.ones(1, 2),
+        }
+    )
+    with pytest.raises(ValueError, match=r"field 'prompts'.*name it in pad="):
+        Batch.concat([narrow, wide])
+    pad = {"prompts": Padding(0, "left"), "mask": Padding(0, "left"), "r": Padding(-1, "right")}
+    merged = Batch.concat([narrow, wide], pad=pad)
+    assert merged["prompts"].tolist() == [[0, 0, 7, 8], [0, 5, 6, 7]]
+    assert merged["mask"].tolist() == [[0, 0, 1, 1], [0, 1, 1, 1]]
+    assert merged["r"].tolist() == [[1, 1], [1, 1]]  # same width: untouched
+    right = Batch.concat([wide, narrow], pad={"prompts": Padding(9, "right"), "mask": pad["mask"]})
+    assert right["prompts"].tolist() == [[0, 5, 6, 7], [7, 8, 9, 9]]
+    with pytest.raises(ValueError, match=r"field 'r'"):  # only the named fields may differ
+        Batch.concat(
+            [narrow, wide.assign(r=torch.ones(1, 3))], pad={k: pad[k] for k in ("prompts", "mask")}
+        )
 
 
 def test_to_returns_a_new_batch(batch):

@@ -6,7 +6,8 @@ and a JSON-able step ``meta``. It is immutable; every operation returns a new Ba
 fields to packed (N, ...) ones and back.
 """
 
+from ascent.batch.fields import Padding
 from ascent.batch.packing import PackedTokens, pack_tokens, unpack_tokens
 from ascent.batch.record import Batch
 
-__all__ = ["Batch", "PackedTokens", "pack_tokens", "unpack_tokens"]
+__all__ = ["Batch", "PackedTokens", "Padding", "pack_tokens", "unpack_tokens"]

@@ -1,12 +1,19 @@
 """Field-level rules shared by the Batch operations: sorting values, comparing, merging meta."""
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
 Field = Tensor | list
+
+
+class Padding(NamedTuple):
+    """How a padded (B, T, ...) field is widened: with ``value``, on ``side`` of dim 1."""
+
+    value: int | float
+    side: Literal["left", "right"]
 
 
 def as_field(name: str, value: object) -> tuple[Field, int]:
@@ -78,3 +85,20 @@ def key_difference(reference: Sequence[str], other: Sequence[str]) -> str | None
     if not missing and not extra:
         return None
     return f"missing {missing}, extra {extra}"
+
+
+def widened(tensors: list[Tensor], padding: Padding | None) -> list[Tensor]:
+    """``tensors`` (B_k, T_k, ...) padded along dim 1 to the largest T_k (unchanged without
+    ``padding``, or when the widths already agree)."""
+    if padding is None or len({t.shape[1] for t in tensors}) <= 1:
+        return tensors
+    if padding.side not in ("left", "right"):
+        raise ValueError(f"padding side must be 'left' or 'right', got {padding.side!r}")
+    width = max(t.shape[1] for t in tensors)
+    out = []
+    for tensor in tensors:
+        shape = (tensor.shape[0], width - tensor.shape[1], *tensor.shape[2:])
+        filler = torch.full(shape, padding.value, dtype=tensor.dtype, device=tensor.device)
+        parts = [filler, tensor] if padding.side == "left" else [tensor, filler]
+        out.append(torch.cat(parts, dim=1))
+    return out

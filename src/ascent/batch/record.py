@@ -14,11 +14,13 @@ from torch import Tensor
 from ascent.batch import rows, storage, transport
 from ascent.batch.fields import (
     Field,
+    Padding,
     as_field,
     field_difference,
     key_difference,
     merge_meta,
     size_mismatch,
+    widened,
 )
 from ascent.batch.jsonable import check_jsonable
 from ascent.batch.packing import PackedTokens, pack_tokens
@@ -155,14 +157,23 @@ class Batch:
         return [self.index(slice(a, b)) for a, b in itertools.pairwise(bounds)]
 
     @classmethod
-    def concat(cls, batches: Iterable["Batch"]) -> Self:
+    def concat(
+        cls, batches: Iterable["Batch"], *, pad: Mapping[str, Padding] | None = None
+    ) -> Self:
         """Rows of all batches in order. Fields must match (same keys, tensor dtypes and
         per-row shapes); meta is merged: keys are united, a key with different values
-        in two batches is a ValueError naming it."""
+        in two batches is a ValueError naming it.
+
+        ``pad`` names the (B, T, ...) fields whose width T may differ between the batches
+        (each padded, e.g. prompts padded to the longest prompt of their own batch): every
+        such field is widened to the widest with ``Padding(value, side)``, e.g.
+        ``{"prompts": Padding(pad_id, "left"), "prompt_mask": Padding(0, "left")}``.
+        """
         batches = list(batches)
         if not batches:
             raise ValueError("concat needs at least one batch")
         first = batches[0]
+        pad = dict(pad or {})
         for i, other in enumerate(batches[1:], start=1):
             for kind, ours, theirs in (
                 ("tensor", list(first.tensors.keys()), list(other.tensors.keys())),
@@ -176,15 +187,22 @@ class Batch:
                     )
             for name, ref in first.tensors.items():
                 value = other.tensors[name]
-                if value.dtype != ref.dtype or value.shape[1:] != ref.shape[1:]:
+                width_only = name in pad and value.shape[2:] == ref.shape[2:] and value.dim() > 1
+                if value.dtype != ref.dtype or (
+                    value.shape[1:] != ref.shape[1:] and not width_only
+                ):
+                    hint = "" if value.dim() < 2 else ", or name it in pad= to widen it"
                     raise ValueError(
                         f"cannot concat field {name!r}: batch {i} has rows of shape "
                         f"{tuple(value.shape[1:])} {value.dtype}, batch 0 has "
-                        f"{tuple(ref.shape[1:])} {ref.dtype}; pad or cast to match first"
+                        f"{tuple(ref.shape[1:])} {ref.dtype}; pad or cast to match first{hint}"
                     )
         size = sum(len(b) for b in batches)
         names = list(first.tensors.keys())  # iterating a TensorDict yields rows, not keys
-        tensors = {name: torch.cat([b.tensors[name] for b in batches]) for name in names}
+        tensors = {
+            name: torch.cat(widened([b.tensors[name] for b in batches], pad.get(name)))
+            for name in names
+        }
         non_tensors = {
             name: list(itertools.chain.from_iterable(b.non_tensors[name] for b in batches))
             for name in first.non_tensors

@@ -6,7 +6,7 @@ from typing import Literal
 from pydantic import Field
 from torch import Tensor
 
-from ascent.batch import Batch
+from ascent.batch import Batch, Padding
 from ascent.engine.config import Strict
 
 
@@ -54,3 +54,15 @@ def response_lengths(batch: Batch) -> Tensor:
     """Generated tokens per row (B,) of a rollout batch (``RolloutWorker.generate``'s layout:
     ``responses`` (B, R) are the last R columns of ``attention_mask``), tool tokens included."""
     return batch["attention_mask"][:, -batch["responses"].shape[1] :].sum(-1)
+
+
+def rollout_padding(pad_id: int) -> dict[str, Padding]:
+    """How rollout batches of different prompt widths concatenate (``Batch.concat(pad=)``):
+    prompt-side fields widen on the left, which keeps prompts left-padded and ``responses``
+    the last R columns of ``input_ids`` / ``attention_mask``."""
+    return {
+        "prompts": Padding(pad_id, "left"),
+        "prompt_mask": Padding(0, "left"),
+        "input_ids": Padding(pad_id, "left"),
+        "attention_mask": Padding(0, "left"),
+    }

@@ -4,9 +4,38 @@ import time
 
 from tqdm import tqdm
 
+from ascent.batch import Batch
 from ascent.trainer.faults import StopRequest
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.run import RLRun
+
+
+def learn(run: RLRun, batch: Batch, step: int) -> tuple[Batch, dict[str, float]]:
+    """One step's learning from its scored rollouts: old and reference log-probs, values,
+    advantages, the critic and actor updates, and the new weights into the generator."""
+    metrics: dict[str, float] = {}
+    if run.plan.recompute_log_probs:  # else the update's first forward is lp_old
+        with run.timer("old_log_prob"):
+            batch = batch.union(run.actor.log_probs(batch))  # old lp, entropy
+    if run.reference is not None:
+        with run.timer("ref"):
+            batch = batch.union(run.reference.log_probs(batch))
+    elif run.plan.reference:  # LoRA: adapters off
+        batch = batch.union(run.actor.ref_log_probs(batch))
+    if run.critic is not None:
+        with run.timer("values"):
+            batch = batch.union(run.critic.values(batch))
+    with run.timer("adv"):
+        batch, metrics = run.algorithm(batch)  # shaping, KL, advantages
+    if run.critic is not None:
+        with run.timer("update_critic"):
+            metrics |= run.critic.update(batch)[0]
+    if step >= run.config.critic.warmup_steps or run.critic is None:
+        with run.timer("update_actor"):
+            metrics |= run.actor.update(batch)[0]
+        with run.timer("sync"):
+            run.sync_rollout()  # new weights to the generator
+    return batch, metrics
 
 
 def train_rl(config: RLConfig) -> dict:
@@ -28,28 +57,9 @@ def train_rl(config: RLConfig) -> dict:
                 began = time.perf_counter()
                 rollouts, metrics = run.collect(step)  # generate + score
                 batch = rollouts
-                if run.plan.recompute_log_probs:  # else the update's first forward is lp_old
-                    with run.timer("old_log_prob"):
-                        batch = batch.union(run.actor.log_probs(batch))  # old lp, entropy
-                if run.reference is not None:
-                    with run.timer("ref"):
-                        batch = batch.union(run.reference.log_probs(batch))
-                elif run.plan.reference:  # LoRA: adapters off
-                    batch = batch.union(run.actor.ref_log_probs(batch))
-                if run.critic is not None:
-                    with run.timer("values"):
-                        batch = batch.union(run.critic.values(batch))
-                with run.timer("adv"):
-                    batch, algo_metrics = run.algorithm(batch)  # shaping, KL, advantages
-                metrics |= algo_metrics
-                if run.critic is not None:
-                    with run.timer("update_critic"):
-                        metrics |= run.critic.update(batch)[0]
-                if step >= config.critic.warmup_steps or run.critic is None:
-                    with run.timer("update_actor"):
-                        metrics |= run.actor.update(batch)[0]
-                    with run.timer("sync"):
-                        run.sync_rollout()  # new weights to the generator
+                if len(rollouts):  # empty when dynamic sampling found no group with signal
+                    batch, learned = learn(run, rollouts, step)
+                    metrics |= learned
                 done = step + 1
                 run.nonfinite.check(done, rollouts, metrics)  # skipped updates; K in a row stop
                 if cfg.val_every and (done % cfg.val_every == 0 or done == run.total_steps):

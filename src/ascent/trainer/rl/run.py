@@ -19,7 +19,7 @@ from ascent.data.rl import PromptStream, load_rl_prompts, prompts_batch
 from ascent.models.loading import load_tokenizer
 from ascent.rewards.manager import RewardManager
 from ascent.rollout import sync_weights
-from ascent.rollout.types import response_lengths
+from ascent.rollout.types import response_lengths, rollout_padding
 from ascent.trainer.checkpoint_parts import restore_rng, save_run_parts
 from ascent.trainer.checkpoints import Checkpoints
 from ascent.trainer.faults import NonFiniteGuard
@@ -128,10 +128,11 @@ class RLRun:
             if not self.plan.dynamic_sampling:
                 kept = [batch]
                 break
+            metrics["dynamic_sampling/rounds"] = float(round_index + 1)
             kept.append(batch.index(groups_with_signal(batch["acc"], batch.group_ids("uid"))))
             if sum(len(b) for b in kept) >= groups_wanted * cfg.rollout.samples_per_prompt:
                 break
-        batch = self._trimmed(Batch.concat(kept) if len(kept) > 1 else kept[0], metrics)
+        batch = self._trimmed(Batch.concat(kept, pad=rollout_padding(self.pad_id)), metrics)
         if cfg.trainer.dump_rollouts:
             batch.save(Path(cfg.trainer.dump_rollouts) / f"step_{step + 1:08d}", overwrite=True)
         return batch, dict(metrics)
@@ -151,7 +152,12 @@ class RLRun:
         while groups and (groups * n) % unit:
             groups -= 1
         metrics["dynamic_sampling/groups"] = float(groups)
-        if groups < self.config.data.prompts_per_step:
+        if groups == 0:
+            print(
+                "dynamic sampling: no group with signal after the refill rounds; this step "
+                "makes no update"
+            )
+        elif groups < self.config.data.prompts_per_step:
             print(f"dynamic sampling: only {groups} group(s) with signal after the refill rounds")
         return batch.index(slice(0, groups * n))
 

@@ -2,8 +2,11 @@
 tensor arithmetic in Python loops, written from ALGORITHMS.md. Scalar autograd gives the
 reference gradient; nothing is shared with the vectorised code under test.
 
-Each function returns {(i, t): 0-dim loss tensor} over the valid tokens only.
+Each loss function returns {(i, t): 0-dim loss tensor} over the valid tokens only;
+geo_mean_weighted, whose importance weights act per sequence, returns the scalar loss.
 """
+
+import math
 
 import torch
 from torch import Tensor
@@ -108,3 +111,22 @@ def kl_cov(lp, old, adv, mask, kl_cov_ratio=2e-4, kl_coef=1.0) -> dict:
         if (i, t) in top:
             out[i, t] = out[i, t] + kl_coef * lr.abs()
     return out
+
+
+def geo_mean_sequence_weights(weights, mask) -> dict[int, float]:
+    """W_i = exp(sum_t log(w_t + 1e-10) / (|y_i| + 1e-8)) over each row's valid tokens."""
+    return {
+        i: math.exp(
+            math.fsum(math.log(float(weights[i, t]) + 1e-10) for t in ts) / (len(ts) + 1e-8)
+        )
+        for i, ts in _rows(mask).items()
+    }
+
+
+def geo_mean_weighted(lp, old, adv, mask, weights, clip_low=0.4, clip_high=0.4) -> Tensor:
+    """The GMPO loss with importance weights, -mean_i W_i Abar_i R_i, as a 0-dim tensor
+    (mean over the rows with at least one valid token)."""
+    per_token = geo_mean(lp, old, adv, mask, clip_low, clip_high)
+    seq_weights = geo_mean_sequence_weights(weights, mask)
+    rows = _rows(mask)
+    return sum(seq_weights[i] * per_token[i, ts[0]] for i, ts in rows.items()) / len(rows)

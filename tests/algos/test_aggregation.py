@@ -11,6 +11,7 @@ from ascent.algos.objective import actor_objective
 from ascent.algos.rollout_correction import rollout_correction
 from ascent.algos.types import PolicyLossInputs
 from ascent.algos.value_loss import value_loss
+from tests.algos import loss_reference as ref
 from tests.algos.cases import make_case
 from tests.algos.reference import valid_positions
 
@@ -38,6 +39,34 @@ def test_aggregate_matches_reference(mode):
     assert valid_rows < case.mask.shape[0], "the case has an all-masked row, not counted in N_seq"
     want = reference_aggregate(loss, case.mask, mode, int(case.mask.sum()), valid_rows, 50)
     assert got.item() == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("mode", AGGREGATION_MODES)
+def test_sequence_geometric_weighting_scales_each_row_by_its_geometric_mean(mode):
+    case = make_case(1)
+    gen = torch.Generator().manual_seed(1)
+    loss = torch.where(case.mask, torch.randn(case.mask.shape, dtype=torch.float64), torch.nan)
+    weights = 0.05 + 1.95 * torch.rand(case.mask.shape, generator=gen, dtype=torch.float64)
+    weights[tuple(case.mask.nonzero()[0])] = 0.0  # a masked-IS zero counts as 1e-10 in the log
+    weights = torch.where(case.mask, weights, torch.nan)
+    norm = LossNormalizer.from_mask(case.mask, norm_length=50)
+    got = aggregate(loss, case.mask, mode, norm, weights, "sequence_geometric_mean")
+
+    seq_weights = ref.geo_mean_sequence_weights(weights, case.mask)
+    weighted = loss.clone()
+    for i, t in valid_positions(case.mask.tolist()):
+        weighted[i, t] = loss[i, t] * seq_weights[i]
+    valid_rows = int(case.mask.any(-1).sum())
+    want = reference_aggregate(weighted, case.mask, mode, int(case.mask.sum()), valid_rows, 50)
+    assert got.item() == pytest.approx(want, rel=1e-12)
+
+
+def test_unknown_weighting_is_an_error():
+    mask = torch.ones(1, 2)
+    with pytest.raises(ValueError, match="weighting"):
+        aggregate(
+            torch.zeros(1, 2), mask, "token-mean", LossNormalizer.from_mask(mask), mask, "sequence"
+        )
 
 
 def test_empty_minibatch_gives_zero_not_nan():
@@ -79,7 +108,10 @@ class Toy:
         return log_probs, entropy, self.features[rows] @ value_head
 
 
-def micro_loss(toy, case, rows, name, mode, norm, weight, value_head):
+SEQUENCE_TIS = {"level": "sequence", "mode": "truncate"}
+
+
+def micro_loss(toy, case, rows, name, mode, norm, weight, value_head, correction):
     log_probs, entropy, values = toy.forward(rows, weight, value_head)
     mask = case.mask[rows]
     policy = POLICY_LOSSES.get(name)(
@@ -91,7 +123,7 @@ def micro_loss(toy, case, rows, name, mode, norm, weight, value_head):
         mode=mode,
         normalizer=norm,
         weights=rollout_correction(
-            case.old_log_probs[rows], case.rollout_log_probs[rows], mask, level="sequence"
+            case.old_log_probs[rows], case.rollout_log_probs[rows], mask, **correction
         ).weights,
         entropy=entropy,
         entropy_coef=0.01,
@@ -106,10 +138,10 @@ def micro_loss(toy, case, rows, name, mode, norm, weight, value_head):
     return out.loss + aggregate(critic.per_token, mask, mode, norm)
 
 
-def gradient(toy, case, batches, name, mode, norm):
+def gradient(toy, case, batches, name, mode, norm, correction):
     weight, value_head = toy.params()
     for rows in batches:
-        micro_loss(toy, case, rows, name, mode, norm, weight, value_head).backward()
+        micro_loss(toy, case, rows, name, mode, norm, weight, value_head, correction).backward()
     return torch.cat([weight.grad.flatten(), value_head.grad])
 
 
@@ -119,15 +151,38 @@ INVARIANT_LOSSES = ["ppo", "gspo", "reinforce", "cispo", "geo_mean"]
 @pytest.mark.parametrize("mode", AGGREGATION_MODES)
 @pytest.mark.parametrize("name", INVARIANT_LOSSES)
 def test_micro_batches_and_data_parallel_shards_give_the_whole_batch_gradient(name, mode):
+    assert_whole_batch_gradient(name, mode, SEQUENCE_TIS)
+
+
+@pytest.mark.parametrize(
+    "correction",
+    [
+        {"level": "token", "mode": "truncate", "upper": 1.2},
+        {"level": "token", "mode": "mask", "lower": 0.8, "upper": 1.25},
+    ],
+    ids=["token-TIS", "token-MIS"],
+)
+def test_geo_mean_with_token_weights_gives_the_whole_batch_gradient(correction):
+    """geo_mean turns token weights into one geometric-mean weight per sequence; that too must
+    not depend on the micro-batching (the mode only concerns entropy, KL and critic here)."""
+    assert_whole_batch_gradient("geo_mean", "seq-mean-token-sum", correction)
+
+
+def assert_whole_batch_gradient(name, mode, correction):
     batch, length = 24, 12
     case = make_case(7, batch=batch, length=length)
     toy = Toy(batch, length)
     every = torch.arange(batch)
     whole_norm = LossNormalizer.from_mask(case.mask, norm_length=length)
-    whole = gradient(toy, case, [every], name, mode, whole_norm)
+    whole = gradient(toy, case, [every], name, mode, whole_norm, correction)
+    weights = rollout_correction(
+        case.old_log_probs, case.rollout_log_probs, case.mask, **correction
+    ).weights
+    assert ((weights != 1) & case.mask).any(), "the case should exercise the weights"
 
     # Gradient accumulation over uneven micro-batches, with the mini-batch's denominators.
-    micro = gradient(toy, case, list(torch.split(every, [5, 1, 7, 11])), name, mode, whole_norm)
+    micro_batches = list(torch.split(every, [5, 1, 7, 11]))
+    micro = gradient(toy, case, micro_batches, name, mode, whole_norm, correction)
     torch.testing.assert_close(micro, whole, rtol=1e-10, atol=1e-12)
 
     # Two data-parallel ranks (uneven shards), each with its own micro-batches; the
@@ -141,7 +196,8 @@ def test_micro_batches_and_data_parallel_shards_give_the_whole_batch_gradient(na
         dp_size=2,
     )
     rank_grads = [
-        gradient(toy, case, list(torch.split(shard, 4)), name, mode, dp_norm) for shard in shards
+        gradient(toy, case, list(torch.split(shard, 4)), name, mode, dp_norm, correction)
+        for shard in shards
     ]
     torch.testing.assert_close((rank_grads[0] + rank_grads[1]) / 2, whole, rtol=1e-10, atol=1e-12)
     assert whole.abs().sum() > 0

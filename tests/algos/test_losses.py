@@ -135,3 +135,11 @@ def test_fixed_aggregation_of_sequence_losses():
         assert run_loss(name, {}, case, case.log_probs).aggregation == "seq-mean-token-mean"
     for name in ("ppo", "reinforce", "cispo", "clip_cov", "kl_cov"):
         assert run_loss(name, {}, case, case.log_probs).aggregation is None
+
+
+def test_only_geo_mean_combines_importance_weights_per_sequence():
+    case = make_case(0)
+    for name in POLICY_LOSSES.names():
+        weighting = run_loss(name, {}, case, case.log_probs).weighting
+        want = "sequence_geometric_mean" if name == "geo_mean" else "token"
+        assert weighting == want, name

@@ -20,6 +20,7 @@ from ascent.algos.types import (
     LossOutput,
     PolicyLossInputs,
     TokenLoss,
+    WeightingMode,
 )
 from ascent.algos.value_loss import value_loss
 
@@ -38,6 +39,7 @@ __all__ = [
     "PolicyLossInputs",
     "RolloutCorrection",
     "TokenLoss",
+    "WeightingMode",
     "actor_objective",
     "aggregate",
     "compute_advantages",

@@ -18,19 +18,32 @@ Data parallelism: FSDP *averages* gradients over the ``dp_size`` ranks, so each 
 loss is multiplied by ``dp_size``; the average of the ranks' gradients is then the gradient of
 the global loss. With ``dp_size=1`` nothing changes.
 
-Masked positions of ``per_token`` are never read (NaN there cannot leak). An empty
-mini-batch (N = 0) gives a loss of 0, not NaN.
+Importance weights w (B, T) (rollout correction, detached) enter before the sum, combined as
+the loss says (``TokenLoss.weighting``):
+
+- ``token``:                   L[i,t] * w[i,t]
+- ``sequence_geometric_mean``: L[i,t] * W_i,  W_i = exp(sum_t m log(w_t + 1e-10) / (|y_i| + 1e-8))
+
+W_i depends on row i alone, so it too is the same whatever the micro-batching. A weight of 0
+on one token leaves W_i = 1e-10^(1/|y_i|) times the other tokens' geometric mean: a smaller
+weight, not a dropped row; a whole row of zeros gives W_i ~ 1e-10.
+
+Masked positions of ``per_token`` and ``weights`` are never read (NaN there cannot leak). An
+empty mini-batch (N = 0) gives a loss of 0, not NaN.
 """
 
 from dataclasses import dataclass
 from typing import get_args
 
+import torch
 from torch import Tensor
 
-from ascent.algos.masking import as_bool, keep_valid
-from ascent.algos.types import AggregationMode
+from ascent.algos.masking import EPS, as_bool, at_least_float32, keep_valid, masked_sum
+from ascent.algos.types import AggregationMode, WeightingMode
 
 AGGREGATION_MODES: tuple[str, ...] = get_args(AggregationMode)
+WEIGHTING_MODES: tuple[str, ...] = get_args(WeightingMode)
+LOG_WEIGHT_EPS = 1e-10  # keeps log(0) finite for masked-IS zeros; verl uses the same
 
 
 @dataclass(frozen=True)
@@ -73,16 +86,18 @@ def aggregate(
     mode: AggregationMode,
     normalizer: LossNormalizer,
     weights: Tensor | None = None,
+    weighting: WeightingMode = "token",
 ) -> Tensor:
     """This micro-batch's share of the mini-batch loss (a 0-dim tensor).
 
-    per_token: (B, T) loss matrix; response_mask: (B, T); weights: optional (B, T) detached
-    per-token multipliers (e.g. rollout-correction weights), applied before aggregation.
+    per_token: (B, T) loss matrix; response_mask: (B, T); weights: optional (B, T)
+    multipliers (e.g. rollout-correction weights, never differentiated), combined as
+    ``weighting`` says and applied before aggregation.
     """
     mask = as_bool(response_mask)
     loss = keep_valid(per_token, mask)
     if weights is not None:
-        loss = loss * keep_valid(weights, mask).detach()
+        loss = loss * combine_weights(weights.detach(), mask, weighting)
     token_sums = loss.sum(dim=-1)  # (B,)
     if mode == "token-mean":
         total, denominator = token_sums.sum(), normalizer.num_tokens
@@ -97,3 +112,17 @@ def aggregate(
     else:
         raise ValueError(f"unknown aggregation mode {mode!r}; choose one of {AGGREGATION_MODES}")
     return total * (normalizer.dp_size / max(denominator, 1.0))
+
+
+def combine_weights(weights: Tensor, response_mask: Tensor, weighting: WeightingMode) -> Tensor:
+    """The (B, T) multipliers of the loss matrix for ``weighting``, zero outside the mask."""
+    mask = as_bool(response_mask)
+    weights = keep_valid(weights, mask)
+    if weighting == "token":
+        return weights
+    if weighting == "sequence_geometric_mean":
+        log_weights = torch.log(at_least_float32(weights) + LOG_WEIGHT_EPS)
+        lengths = mask.sum(dim=-1).to(log_weights.dtype)  # an int64 count + EPS would be float32
+        per_row = torch.exp(masked_sum(log_weights, mask, dim=-1) / (lengths + EPS))  # (B,)
+        return keep_valid(per_row.unsqueeze(-1).expand_as(weights), mask)
+    raise ValueError(f"unknown weighting {weighting!r}; choose one of {WEIGHTING_MODES}")

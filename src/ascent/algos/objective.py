@@ -4,8 +4,10 @@
 
 agg is ``aggregate`` with the mini-batch's global denominators (so micro-batch losses sum to
 the mini-batch loss); the policy term uses the loss's own aggregation when it fixes one
-(gspo, geo_mean); w are optional rollout-correction weights. The KL term is used when KL is a
-loss (``kl_coef > 0``); when KL enters the reward instead, leave ``kl_coef`` at 0.
+(gspo, geo_mean). w are optional rollout-correction weights, combined as the loss says
+(``TokenLoss.weighting``): token by token for most losses, one geometric-mean weight per
+sequence for geo_mean. The KL term is used when KL is a loss (``kl_coef > 0``); when KL
+enters the reward instead, leave ``kl_coef`` at 0.
 """
 
 import torch
@@ -32,7 +34,12 @@ def actor_objective(
 ) -> LossOutput:
     """Combine policy loss, entropy bonus and KL loss; metrics carry every term."""
     pg_loss = aggregate(
-        policy.per_token, response_mask, policy.aggregation or mode, normalizer, weights
+        policy.per_token,
+        response_mask,
+        policy.aggregation or mode,
+        normalizer,
+        weights,
+        policy.weighting,
     )
     loss = pg_loss
     metrics = {**policy.metrics, "pg_loss": pg_loss.detach()}

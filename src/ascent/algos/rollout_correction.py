@@ -9,8 +9,9 @@ trainer's (different kernels, precision, or a stale policy), and the mismatch me
 mode ``truncate`` (TIS): weight = min(rho, upper).
 mode ``mask`` (MIS / IcePop): weight = 1 where lower <= rho <= upper, else 0.
 mode ``none``: weight = 1 (metrics only).
-Weights are detached, (B, T), zero outside the mask; multiply them into the policy loss matrix
-(``aggregate(..., weights=w)``).
+Weights are detached, (B, T), zero outside the mask; ``aggregate(..., weights=w)`` multiplies
+them into the policy loss matrix, token by token, or as one geometric-mean weight per sequence
+for losses that ask for it (geo_mean; ``TokenLoss.weighting``).
 
 Metrics (always, whatever the mode), with KL(roll || train) estimated from rollout samples:
 mismatch_k1 = mean(lp_roll - lp_train), mismatch_k3 = mean(rho - 1 - log rho) over valid

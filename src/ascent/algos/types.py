@@ -12,6 +12,7 @@ from torch import Tensor
 AggregationMode = Literal[
     "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
 ]
+WeightingMode = Literal["token", "sequence_geometric_mean"]
 
 
 @dataclass(frozen=True)
@@ -75,11 +76,17 @@ class TokenLoss:
     metrics: name -> 0-dim detached tensor (kept as tensors so no device sync is forced).
     aggregation: set by losses whose definition fixes the aggregation (gspo, geo_mean);
         None means the configured mode applies.
+    weighting: how importance (rollout-correction) weights w (B, T) combine with this loss.
+        ``token``: each token's loss is multiplied by its own w_t. ``sequence_geometric_mean``
+        (geo_mean, whose loss is one value per sequence): every token of row i is multiplied
+        by W_i = exp(sum_t m log(w_t + 1e-10) / (|y_i| + 1e-8)), the geometric mean of the
+        row's weights. See ``ascent.algos.aggregation.aggregate``.
     """
 
     per_token: Tensor
     metrics: dict[str, Tensor] = field(default_factory=dict)
     aggregation: AggregationMode | None = None
+    weighting: WeightingMode = "token"
 
 
 @dataclass(frozen=True)

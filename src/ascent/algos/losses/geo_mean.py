@@ -6,12 +6,24 @@ the advantage), and combined into a sequence ratio by their geometric mean:
     l_t   = clamp(lp_new - lp_old, -20, 20)
     c_t   = sign(A_t) * min(sign(A_t) * l_t, sign(A_t) * clamp(l_t, -clip_low, clip_high))
     R_i   = exp(sum_t m c_t / |y_i|),   Abar_i = sum_t m A_t / |y_i|
-    loss  = -mean_i (Abar_i * R_i)
+    loss  = -mean_i (W_i * Abar_i * R_i)
 
-Represented as a per-token matrix holding -Abar_i * R_i on every valid token of row i and
-aggregated seq-mean-token-mean, which gives exactly the per-sequence mean above and stays
-invariant to micro-batching. Defaults follow the paper's (e^-0.4, e^0.4) range.
-Metrics: pg_clipfrac (share of tokens whose log-ratio was clipped), ppo_kl.
+W_i = 1 without rollout correction. With rollout-correction weights w (B, T), detached, the
+sequence is weighted by their geometric mean, as its ratio R_i is (verl does the same):
+
+    W_i   = exp(sum_t m log(w_t + 1e-10) / (|y_i| + 1e-8))
+
+A constant weight per row (sequence-level correction) gives W_i = w_i (to ~1e-8 relative).
+A token with weight 0 (masked IS) is not removed: it still counts in R_i and Abar_i, and
+shrinks W_i by the factor 1e-10^(1/|y_i|), about 0.003 for 4 tokens but 0.98 for 1000; use
+sequence-level masking to drop a whole response (W_i ~ 1e-10).
+
+Represented as a per-token matrix holding -Abar_i * R_i on every valid token of row i,
+aggregated seq-mean-token-mean, with ``weighting="sequence_geometric_mean"`` so that
+``aggregate`` multiplies every token of row i by W_i. That gives exactly the per-sequence
+mean above and stays invariant to micro-batching (W_i depends on row i alone). Mean over the
+sequences with at least one valid token (N_seq). Defaults follow the paper's (e^-0.4, e^0.4)
+range. Metrics: pg_clipfrac (share of tokens whose log-ratio was clipped), ppo_kl.
 """
 
 import torch
@@ -37,4 +49,9 @@ def geo_mean(
         "pg_clipfrac": x.fraction(was_clipped),
         "ppo_kl": x.ppo_kl(),
     }
-    return TokenLoss(masked(loss, x.mask), metrics, aggregation="seq-mean-token-mean")
+    return TokenLoss(
+        masked(loss, x.mask),
+        metrics,
+        aggregation="seq-mean-token-mean",
+        weighting="sequence_geometric_mean",
+    )

@@ -26,6 +26,13 @@ class Row:
     def where(self) -> str:
         return f"row {self.index} of {self.source}"
 
+    def malformed(self, error: MalformedRow) -> MalformedRow:
+        """``error`` placed at this row, with what to do about it."""
+        return MalformedRow(
+            f"{self.where}: {error}. Fix or remove the row, or set data.malformed=skip to skip "
+            "and count rows like it"
+        )
+
 
 def read_rows(paths: str | Path | list[str | Path]) -> list[Row]:
     """Every row of every path, in order."""

@@ -4,6 +4,8 @@ A row: ``data_source`` (str; picks the scorer), ``prompt`` (chat messages, or a 
 ``reward_model.ground_truth`` (anything the scorer understands), optional ``extra_info``
 (dict) and ``ability``. Prompts are rendered with the tokenizer's chat template (generation
 prompt added); those longer than ``max_prompt_length`` tokens are filtered out and counted.
+Chat prompts are checked and rendered by ``ascent.data.chat``: a malformed one, or one the
+template refuses, is a MalformedRow that names the row.
 """
 
 import random
@@ -15,6 +17,7 @@ import torch
 from pydantic import Field
 
 from ascent.batch import Batch
+from ascent.data.chat import check_messages, render_chat
 from ascent.data.files import MalformedRow, Row, read_rows
 from ascent.engine.config import Strict
 
@@ -49,30 +52,34 @@ class RLPrompt:
 
 
 def row_prompt(row: Row, tokenizer: Any, config: RLDataConfig) -> RLPrompt:
-    data = row.data
+    """The prompt of one row; MalformedRow names the row, the field and what is wrong."""
+    try:
+        return _prompt(row.data, tokenizer, config)
+    except MalformedRow as error:
+        raise row.malformed(error) from error.__cause__  # keeps a template's own traceback
+
+
+def _prompt(data: dict, tokenizer: Any, config: RLDataConfig) -> RLPrompt:
     for key in ("data_source", "prompt", "reward_model"):
         if key not in data or data[key] is None:
-            raise MalformedRow(f"{row.where}: missing field {key!r} (verl schema)")
+            raise MalformedRow(f"missing field {key!r} (verl schema)")
     reward_model = data["reward_model"]  # parquet fills a struct's absent keys with None
     if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
-        raise MalformedRow(f"{row.where}: missing field 'reward_model.ground_truth'")
+        raise MalformedRow("missing field 'reward_model.ground_truth'")
     prompt = data["prompt"]
     if config.chat_template:
         if isinstance(prompt, str):
             prompt = [{"role": "user", "content": prompt}]
-        if not isinstance(prompt, list) or not all(
-            isinstance(m, dict) and "role" in m for m in prompt
-        ):
-            raise MalformedRow(f"{row.where}: field 'prompt' must be a list of chat messages")
-        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        check_messages(prompt, "prompt")
+        text = render_chat(tokenizer, prompt, generation=True)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     else:
         if not isinstance(prompt, str):
-            raise MalformedRow(f"{row.where}: field 'prompt' must be text when chat_template=false")
+            raise MalformedRow("field 'prompt' must be text when chat_template=false")
         ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     extra = data.get("extra_info") or {}
     if not isinstance(extra, dict):
-        raise MalformedRow(f"{row.where}: field 'extra_info' must be a dict")
+        raise MalformedRow("field 'extra_info' must be a dict")
     return RLPrompt(
         list(ids),
         str(data["data_source"]),

@@ -8,6 +8,8 @@ assistant turn up to it: turn i spans the characters from the end of
 span. Every assistant turn is trained; system, user and tool turns, and the assistant
 headers, are not. A template that does not render conversations prefix by prefix (some
 rewrite earlier turns) is refused with the row named, rather than trained with a wrong mask.
+Messages are checked, and a conversation the template refuses is reported, by
+``ascent.data.chat``.
 
 Prompt/response rows become a user turn and an assistant turn; with ``template: none`` they
 are plain prompt + response + EOS, the loss on response and EOS.
@@ -19,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from ascent.data.chat import check_messages, render_chat
 from ascent.data.files import MalformedRow, Row, read_rows
 from ascent.engine.config import Strict
 
@@ -50,21 +53,20 @@ class SFTExample:
     loss_mask: list[int]  # 1 on tokens the model learns to predict (never the first token)
 
 
-def render(tokenizer: Any, messages: list[dict], tools: list | None, generation: bool) -> str:
-    return tokenizer.apply_chat_template(
-        messages, tools=tools, tokenize=False, add_generation_prompt=generation
-    )
-
-
 def chat_example(tokenizer: Any, messages: list[dict], tools: list | None = None) -> SFTExample:
     """Token ids of the rendered conversation and its assistant-token loss mask."""
-    full = render(tokenizer, messages, tools, generation=False)
+    full = render_chat(tokenizer, messages, tools=tools, generation=False)
     spans = []
     for turn, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
-        start = len(render(tokenizer, messages[:turn], tools, generation=True))
-        upto = render(tokenizer, messages[: turn + 1], tools, generation=False)
+        if turn == 0:  # its span would start after an empty conversation, which cannot render
+            raise MalformedRow(
+                "the conversation opens with an assistant turn: put a system or user message "
+                "before it"
+            )
+        start = len(render_chat(tokenizer, messages[:turn], tools=tools, generation=True))
+        upto = render_chat(tokenizer, messages[: turn + 1], tools=tools, generation=False)
         if not full.startswith(upto) or start > len(upto):
             raise MalformedRow(
                 "the chat template renders this conversation differently prefix by prefix "
@@ -94,7 +96,7 @@ def row_example(row: Row, tokenizer: Any, config: SFTDataConfig) -> SFTExample:
     try:
         if config.messages_key in data and data[config.messages_key] is not None:
             messages = data[config.messages_key]
-            _check_messages(messages, config.messages_key)
+            check_messages(messages, config.messages_key)
             if config.template == "none":
                 raise MalformedRow("template 'none' takes prompt/response rows, not messages")
             return chat_example(tokenizer, messages, data.get(config.tools_key))
@@ -111,19 +113,11 @@ def row_example(row: Row, tokenizer: Any, config: SFTDataConfig) -> SFTExample:
             if not isinstance(prompt, str):
                 raise MalformedRow(f"field {config.prompt_key!r} must be a string")
             return plain_example(tokenizer, prompt, response)
-        turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        _check_messages(turns, config.prompt_key)
+        turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        check_messages(turns, config.prompt_key)
         return chat_example(tokenizer, [*turns, {"role": "assistant", "content": response}])
     except MalformedRow as error:
-        raise MalformedRow(f"{row.where}: {error}") from None
-
-
-def _check_messages(messages: Any, key: str) -> None:
-    if not isinstance(messages, list) or not messages:
-        raise MalformedRow(f"field {key!r} must be a non-empty list of messages")
-    for position, message in enumerate(messages):
-        if not isinstance(message, dict) or "role" not in message:
-            raise MalformedRow(f"{key}[{position}] must be a message with a 'role'")
+        raise row.malformed(error) from error.__cause__  # keeps a template's own traceback
 
 
 def load_sft_examples(

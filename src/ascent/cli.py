@@ -73,6 +73,7 @@ def _config(kind: type, args: argparse.Namespace, overrides: list[str]) -> objec
 
 
 def _sft(args: argparse.Namespace) -> int:
+    from ascent.trainer.run_dir import RunDirInUse
     from ascent.trainer.sft import SFTConfig, train_sft
 
     config = _config(SFTConfig, args, args.overrides)
@@ -80,6 +81,9 @@ def _sft(args: argparse.Namespace) -> int:
         return 2
     try:
         result = train_sft(config)
+    except RunDirInUse as error:
+        print(f"ascent sft: {error}", file=sys.stderr)
+        return 2
     except _run_failures() as error:
         return _failed(args.command, error, config.trainer.run_dir)
     print(f"validation loss: {[round(loss, 4) for _, loss in result['val_loss']]}")
@@ -89,6 +93,7 @@ def _sft(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from ascent.trainer.rl.config import RLConfig, make_plan
     from ascent.trainer.rl.loop import train_rl
+    from ascent.trainer.run_dir import RunDirInUse
 
     overrides = list(args.overrides)
     if args.dump_rollouts:
@@ -105,6 +110,9 @@ def _train(args: argparse.Namespace) -> int:
         return 2
     try:
         result = train_rl(config)
+    except RunDirInUse as error:
+        print(f"ascent train: {error}", file=sys.stderr)
+        return 2
     except _run_failures() as error:
         return _failed(args.command, error, config.trainer.run_dir)
     for step, metrics in result["validation"][-1:]:
@@ -123,11 +131,11 @@ def _run_failures() -> tuple[type[BaseException], ...]:
 
 
 def _failed(command: str, error: BaseException, run_dir: str) -> int:
-    from ascent.trainer.checkpoints import Checkpoints
+    from ascent.trainer.checkpoints import Checkpoints, SaveFailed
 
     latest = Checkpoints(run_dir).latest()
     print(f"ascent {command}: {error}", file=sys.stderr)
-    if latest is not None:
+    if latest is not None and not isinstance(error, SaveFailed):  # it names the last one
         print(
             f"ascent {command}: the last checkpoint is {latest}; rerun the same command "
             "(trainer.resume=auto) to continue from it",

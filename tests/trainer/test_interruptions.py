@@ -1,8 +1,11 @@
 """``ascent train`` as a real process, interrupted: SIGTERM mid-run saves at the step
 boundary and exits 143, and the rerun ends with the same metrics as a run never stopped; a
 killed worker process is named (role, rank), nothing partial is saved, the driver exits 1,
-and the rerun continues from the last checkpoint."""
+and the rerun continues from the last checkpoint; a save on a full disk (a real, small
+tmpfs) cleans up, names the last good checkpoint in a few lines and exits 1, and the rerun on
+a larger disk continues."""
 
+import contextlib
 import json
 import os
 import re
@@ -106,3 +109,64 @@ def test_a_killed_worker_is_named_and_the_rerun_continues(tiny_model, prompts, t
     assert rerun.returncode == 0, err
     assert f"at step {last}" in out
     assert metric(run_dir, "step") == [1, 2, 3, 4, 5]  # each step logged once
+
+
+@contextlib.contextmanager
+def small_disk(path, size_bytes):
+    """A tmpfs of ``size_bytes`` mounted at ``path`` (needs root; the test skips otherwise)."""
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        yield lambda size: subprocess.run(
+            ["mount", "-o", f"remount,size={size}", str(path)], check=True
+        )
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+def disk_usage(path):
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_a_full_disk_during_a_save_names_the_last_checkpoint_and_cleans_up(
+    tiny_model, prompts, tmp_path
+):
+    settings = ["trainer.save_every=1", "trainer.keep_last=null", "trainer.resume=auto"]
+    probe = tmp_path / "probe"  # how much one step's run directory and checkpoint take
+    train_rl(config(tiny_model, prompts, probe, "trainer.total_steps=1", *settings))
+    checkpoint = disk_usage(probe / "checkpoints" / "step_00000001")
+    room = disk_usage(probe) + checkpoint // 2  # one checkpoint fits, the second does not
+
+    with small_disk(tmp_path / "disk", room) as resize:
+        run_dir = tmp_path / "disk" / "run"
+        config_file = tmp_path / "run.yaml"
+        dump_config(
+            config(tiny_model, prompts, run_dir, "trainer.total_steps=3", *settings), config_file
+        )
+        process = start(config_file)
+        out, err = process.communicate(timeout=240)
+        assert process.returncode == 1, err
+        ours = [line for line in err.splitlines() if line.strip() and "Loading" not in line]
+        assert "Traceback" not in err and len(ours) <= 3, err
+        assert re.search(r"saving the checkpoint of step 2 failed \(.*(No space|MiB free)", err)
+        assert (
+            "the last good checkpoint is " + str(run_dir / "checkpoints" / "step_00000001") in err
+        )
+        checkpoints = run_dir / "checkpoints"
+        assert not list(checkpoints.glob(".step_*"))  # the partial save gave its space back
+        assert sorted(p.name for p in checkpoints.glob("step_*")) == ["step_00000001"]
+
+        resize(4 * room)
+        rerun = start(config_file)
+        out, err = rerun.communicate(timeout=240)
+        assert rerun.returncode == 0, err
+        assert "at step 1" in out
+        assert metric(run_dir, "step") == [1, 2, 3]

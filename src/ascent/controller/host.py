@@ -142,7 +142,9 @@ class WorkerHost:
         self._executing = (threading.get_ident(), f"{role}.{method}")
         try:
             return fn(*args, **kwargs)
-        except Exception as error:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as error:  # e.g. torch's CheckpointException on a full disk
             raise WorkerError(
                 role=role,
                 method=method,

@@ -16,6 +16,7 @@ ones with a warning.
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -24,12 +25,17 @@ from typing import Any
 
 from ascent.batch.storage import fsync_path
 
+OS_ERROR_LINE = re.compile(r"\w*Error: \[Errno \d+\][^\n]*")
 STATE_FILE = "trainer_state.json"
 MANIFEST = "manifest.json"
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written, or one asked for cannot be used."""
+
+
+class SaveFailed(CheckpointError):
+    """A checkpoint could not be written; the message names the last good one."""
 
 
 class Checkpoints:
@@ -57,14 +63,16 @@ class Checkpoints:
             _write_durably(temporary / MANIFEST, json.dumps(manifest, indent=1))
             _write_durably(temporary / STATE_FILE, json.dumps({"step": step, **state}))
             _fsync_tree(temporary)
-        except Exception as error:
+        except BaseException as error:  # torch's CheckpointException is a BaseException
             shutil.rmtree(temporary, ignore_errors=True)  # give the space back
+            if isinstance(error, KeyboardInterrupt | SystemExit):
+                raise
             previous = self.latest()
-            raise CheckpointError(
-                f"saving the checkpoint of step {step} failed ({type(error).__name__}: "
-                f"{error}); nothing was replaced, the last good checkpoint is "
-                f"{previous or 'none'}. Free disk space or fix the cause, then rerun with "
-                "trainer.resume=auto"
+            raise SaveFailed(
+                f"saving the checkpoint of step {step} failed ({root_cause(error)}"
+                f"{_space_note(self.root, previous)}); nothing was replaced, the last good "
+                f"checkpoint is {previous or 'none'}. Free disk space or fix the cause, then "
+                "rerun with trainer.resume=auto"
             ) from error
         if final.exists():  # saved again after a resume: swap, never leave no copy
             replaced = self.root / f".step_{step:08d}.old"
@@ -138,6 +146,37 @@ class Checkpoints:
             return
         for old in self.complete()[: -self.keep_last]:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def root_cause(error: BaseException) -> str:
+    """One line for a failed save: the first OS error in the chain of causes (a full disk, a
+    permission, a quota: what the user can act on), else the error itself, first line only.
+    Distributed-checkpoint and worker errors wrap it in pages of per-rank tracebacks."""
+    seen, current, texts = set(), error, []
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError):
+            return f"{type(current).__name__}: {current}"
+        texts.append(str(current))
+        current = current.__cause__ or current.__context__
+    for text in texts:  # an OS error a worker reported in its traceback text
+        found = OS_ERROR_LINE.search(text)
+        if found:
+            return found.group(0).strip()
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
+def _space_note(root: Path, previous: Path | None) -> str:
+    """'; 1.2 MiB free there, a checkpoint takes 3.4 MiB' when the disk looks too full (some
+    writers report a full disk as a short write, not as an OS error)."""
+    if previous is None:
+        return ""
+    needed = sum(p.stat().st_size for p in previous.rglob("*") if p.is_file())
+    free = shutil.disk_usage(root).free
+    if free >= needed:
+        return ""
+    return f"; {free / 2**20:.1f} MiB free in {root}, a checkpoint takes {needed / 2**20:.1f} MiB"
 
 
 def verify(checkpoint: Path) -> list[str]:

@@ -27,6 +27,7 @@ from ascent.models.loading import load_tokenizer
 from ascent.trainer.checkpoint_parts import restore_rng, save_run_parts
 from ascent.trainer.checkpoints import Checkpoints
 from ascent.trainer.faults import StopRequest
+from ascent.trainer.run_dir import start_run
 from ascent.trainer.settings import ResourcesConfig, RunSettings
 from ascent.trainer.tracking import Tracker, TrackingConfig
 from ascent.workers.sft import SFTWorker, SFTWorkerConfig
@@ -87,6 +88,8 @@ def train_sft(config: SFTConfig) -> dict:
     cfg = config.trainer
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoints = Checkpoints(run_dir, keep_last=cfg.keep_last, checksums=cfg.checksum_checkpoints)
+    begin = start_run(run_dir, checkpoints, cfg.resume)  # before anything is written
     dump_config(config, run_dir / "config.yaml")
     dp = config.resources.world_size
     if cfg.batch_size % dp:
@@ -124,22 +127,19 @@ def train_sft(config: SFTConfig) -> dict:
         seed=cfg.seed,
         deterministic=cfg.deterministic,
     )
-    checkpoints = Checkpoints(run_dir, keep_last=cfg.keep_last, checksums=cfg.checksum_checkpoints)
-    resume_from = checkpoints.resolve(cfg.resume)
-    resumed = Checkpoints.state(resume_from) if resume_from is not None else {}
-    start = resumed.get("step", 0)
+    start = begin.step
     tracker = Tracker(
         run_dir,
         config.tracking,
         config.model_dump(mode="json"),
         console_keys=["sft/loss", "sft/grad_norm", "sft/lr", "val/loss", "timing_s/step"],
-        resume_step=resumed.get("step"),
-        run_ids=resumed.get("tracking"),
+        resume_step=begin.records_up_to,
+        run_ids=begin.state.get("tracking"),
     )
-    if resume_from is not None:
-        group.load_checkpoint(str(resume_from / "sft"))
-        restore_rng(resume_from, {"sft": group})
-        print(f"resumed from {resume_from} at step {start}")
+    if begin.checkpoint is not None:
+        group.load_checkpoint(str(begin.checkpoint / "sft"))
+        restore_rng(begin.checkpoint, {"sft": group})
+        print(f"resumed from {begin.checkpoint} at step {start}")
 
     def validate() -> float:
         if not val_examples:

@@ -45,8 +45,10 @@ class Tracker:
         resume_step: int | None = None,
         run_ids: dict[str, str] | None = None,
     ) -> None:
-        """``resume_step``: the step of the checkpoint this run resumes from (None: a new
-        run); ``run_ids``: what ``run_ids()`` returned when that checkpoint was saved."""
+        """``resume_step``: the step of the checkpoint this run resumes from, whose later
+        records are dropped (None: a new run; -1: a restart from step 0 that drops every
+        earlier record); ``run_ids``: what ``run_ids()`` returned when that checkpoint was
+        saved."""
         self.run_dir = Path(run_dir)
         self.config = config
         self.console_keys = config.console_keys or console_keys

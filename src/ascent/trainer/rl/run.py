@@ -26,6 +26,7 @@ from ascent.trainer.faults import NonFiniteGuard
 from ascent.trainer.rl.advantage import AdvantageStage
 from ascent.trainer.rl.config import RLConfig, make_plan
 from ascent.trainer.rl.roles import spawn_roles
+from ascent.trainer.run_dir import start_run
 from ascent.trainer.tracking import Tracker, keep_records_up_to
 
 CONSOLE = [
@@ -48,6 +49,11 @@ class RLRun:
         cfg = config.trainer
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.checkpoints = Checkpoints(
+            self.run_dir, keep_last=cfg.keep_last, checksums=cfg.checksum_checkpoints
+        )
+        # Before anything is written: a checkpoint is verified, a used directory refused.
+        self.begin = start_run(self.run_dir, self.checkpoints, cfg.resume)
         dump_config(config, self.run_dir / "config.yaml")
         print(self.plan.describe(config))
         self.tokenizer = load_tokenizer(
@@ -67,29 +73,24 @@ class RLRun:
         self.algorithm = AdvantageStage(
             self.plan, config.algorithm.kl, config.rollout.max_response_length
         )
-        self.checkpoints = Checkpoints(
-            self.run_dir, keep_last=cfg.keep_last, checksums=cfg.checksum_checkpoints
-        )
-        self.resume_from = self.checkpoints.resolve(cfg.resume)  # verified before any work
-        resumed = Checkpoints.state(self.resume_from) if self.resume_from else {}
-        self.weight_version = resumed.get("weight_version", 0)  # updates the rollout has seen
+        self.weight_version = self.begin.state.get("weight_version", 0)  # updates it has seen
         self.nonfinite = NonFiniteGuard(cfg.max_consecutive_nonfinite, self.run_dir / "nonfinite")
         self.groups = spawn_roles(config, self.plan)
         self.actor, self.rollout = self.groups["actor"], self.groups["rollout"]
         self.critic, self.reference = self.groups.get("critic"), self.groups.get("reference")
         write_processes(self.run_dir / "processes.json", self.groups)
-        if resumed:  # what the lost attempt logged after the checkpoint is logged again
-            keep_records_up_to(self.run_dir / "generations.jsonl", resumed["step"])
+        if self.begin.records_up_to is not None:  # a lost attempt's later records go
+            keep_records_up_to(self.run_dir / "generations.jsonl", self.begin.records_up_to)
         self.tracker = Tracker(
             self.run_dir,
             config.tracking,
             config.model_dump(mode="json"),
             console_keys=CONSOLE,
-            resume_step=resumed.get("step"),
-            run_ids=resumed.get("tracking"),
+            resume_step=self.begin.records_up_to,
+            run_ids=self.begin.state.get("tracking"),
         )
         self.timings: dict[str, float] = {}
-        self.start_step = self.saved_step = self._resume(resumed)
+        self.start_step = self.saved_step = self._resume()
 
     # -- stages the loop calls --------------------------------------------------------------
 
@@ -253,10 +254,10 @@ class RLRun:
         self.saved_step = step
         return saved
 
-    def _resume(self, state: dict) -> int:
-        if not state:
+    def _resume(self) -> int:
+        checkpoint, state = self.begin.checkpoint, self.begin.state
+        if checkpoint is None:
             return 0
-        checkpoint = self.resume_from
         self.actor.load_checkpoint(str(checkpoint / "actor"))
         if self.critic is not None:
             self.critic.load_checkpoint(str(checkpoint / "critic"))

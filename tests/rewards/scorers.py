@@ -2,6 +2,8 @@
 
 import time
 
+import numpy as np
+
 
 def flaky(data_source, solution_str, ground_truth, extra_info):
     """Misbehaves according to the ground truth: raise, hang, nan, dict, or a plain score."""
@@ -23,3 +25,28 @@ def digit_share(data_source, solution_str, ground_truth, extra_info):
     if not solution_str:
         return 0.0
     return sum(c.isdigit() for c in solution_str) / len(solution_str)
+
+
+NUMPY_VALUES = {
+    "float32": np.float32(0.5),
+    "float64": np.float64(0.5),
+    "int64": np.int64(2),
+    "bool": np.bool_(True),
+}
+
+
+def numpy_scalar(data_source, solution_str, ground_truth, extra_info):
+    """The numpy value named by the ground truth, or a dict of numpy values."""
+    if ground_truth == "dict":
+        return {"score": np.float32(0.5), "acc": np.bool_(True), "tokens": np.int64(3)}
+    return NUMPY_VALUES[ground_truth]
+
+
+def needs_a_key(solution_str, ground_truth, api_key):
+    """Requires a parameter that verl never passes."""
+    return 0.0
+
+
+def other_names(source, response, answer, info):
+    """ascent's old positional call would have fed this; verl's keyword call cannot."""
+    return 0.0

@@ -3,12 +3,10 @@
 import math
 
 import pytest
-import torch
 
-from ascent.batch import Batch
-from ascent.models import load_tokenizer
 from ascent.rewards import default_compute_score
 from ascent.rewards.manager import RewardConfig, RewardManager
+from tests.rewards.batches import scored_batch
 
 
 @pytest.mark.parametrize(
@@ -42,32 +40,6 @@ def test_builtin_scorers(source, solution, truth, correct):
 def test_unknown_data_source_says_how_to_plug_a_scorer():
     with pytest.raises(KeyError, match=r"reward\.function"):
         default_compute_score("my_task", "x", "y", {})
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    return load_tokenizer(tiny_model)
-
-
-def scored_batch(tokenizer, truths, responses=None):
-    responses = responses or ["abc"] * len(truths)
-    ids = [tokenizer(r, add_special_tokens=False)["input_ids"] for r in responses]
-    width = max(len(i) for i in ids) + 2
-    tokens = torch.zeros(len(ids), width, dtype=torch.long)
-    mask = torch.zeros(len(ids), width, dtype=torch.long)
-    for row, seq in enumerate(ids):
-        tokens[row, : len(seq)] = torch.tensor(seq)
-        mask[row, : len(seq)] = 1
-    prompts = torch.ones(len(ids), 3, dtype=torch.long)
-    return Batch.from_dict(
-        {
-            "responses": tokens,
-            "attention_mask": torch.cat([torch.ones_like(prompts), mask], dim=1),
-            "data_source": ["test"] * len(ids),
-            "ground_truth": truths,
-            "extra_info": [{}] * len(ids),
-        }
-    )
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -1,11 +1,20 @@
 """Built-in scorers with verl's signature:
 ``compute_score(data_source, solution_str, ground_truth, extra_info) -> float | dict``.
 
-Each returns {"score": s, "acc": correct}: 1.0 for a correct final answer, else 0.0.
+Each returns {"score": s, "acc": correct}: 1.0 for a correct final answer, else 0.0 (and
+``math_dapo`` its own scale, below). Where verl has a scorer for the source, ours follows
+verl's rule, so rewards match a verl run on the same data.
 
-- gsm8k: the number after the last ``####`` equals the ground truth.
-- math: the last ``\\boxed{}`` is equivalent to the ground truth (math-verify: symbolic and
-  numeric equivalence, LaTeX or plain).
+- gsm8k, openai/gsm8k (verl's ``gsm8k``, strict): in the last 300 characters, the last
+  ``#### <number>`` (one space after ``####``; the number is ``-``, digits, ``.`` and ``,``),
+  commas removed, equals ``str(ground_truth)`` as a string: ``72.0`` is not ``72``.
+- math_dapo, aime* (verl's ``math_dapo``): in the last 300 characters, the last
+  ``Answer: ...`` line (any case), normalised as Minerva does (``ascent.rewards.normalize``:
+  units, ``\\text{}``, ``$``, spaces, ``\\boxed{}``...), equals the normalised ground truth.
+  Score 1.0 if so, else -1.0; ``acc`` 1.0 / 0.0; ``pred`` is the normalised answer.
+- math, lighteval/MATH, DigitalLearningGmbH/MATH-lighteval: the last ``\\boxed{}`` is
+  equivalent to the ground truth (math-verify: symbolic and numeric equivalence, LaTeX or
+  plain; more lenient than verl's string comparison).
 - arithmetic: the last number in the response equals the ground truth.
 - countdown: ``ground_truth = {"target": t, "numbers": [...]}``; the last equation in
   ``<answer>...</answer>`` uses each number exactly once and evaluates to t.
@@ -17,7 +26,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ascent.rewards.extract import after_hashes, last_boxed, last_number, same_number
+from ascent.rewards.extract import (
+    answer_line,
+    gsm8k_answer,
+    last_boxed,
+    last_number,
+    same_number,
+)
+from ascent.rewards.normalize import normalize_final_answer
 
 
 def _result(correct: bool) -> dict[str, float]:
@@ -26,7 +42,16 @@ def _result(correct: bool) -> dict[str, float]:
 
 
 def gsm8k(solution: str, ground_truth: Any) -> dict[str, float]:
-    return _result(same_number(after_hashes(solution), str(ground_truth).replace(",", "")))
+    return _result(gsm8k_answer(solution) == str(ground_truth))
+
+
+def math_dapo(solution: str, ground_truth: Any) -> dict[str, float | str]:
+    answer = answer_line(solution)
+    if answer is None:
+        return {"score": -1.0, "acc": 0.0, "pred": "[INVALID]"}  # verl's pred for no answer
+    pred = normalize_final_answer(answer)
+    correct = pred == normalize_final_answer(str(ground_truth))
+    return {"score": 1.0 if correct else -1.0, "acc": float(correct), "pred": pred}
 
 
 def math(solution: str, ground_truth: Any) -> dict[str, float]:
@@ -85,29 +110,36 @@ def _evaluate(node: ast.AST) -> float:
     raise ValueError("not an arithmetic expression")
 
 
-Scorer = Callable[[str, Any], dict[str, float]]
+Scorer = Callable[[str, Any], dict[str, float | str]]
 BUILTIN_SCORERS: dict[str, Scorer] = {
     "gsm8k": gsm8k,
     "openai/gsm8k": gsm8k,
     "math": math,
     "lighteval/MATH": math,
     "DigitalLearningGmbH/MATH-lighteval": math,
-    "math_dapo": math,
+    "math_dapo": math_dapo,
     "arithmetic": arithmetic,
     "countdown": countdown,
     "exact_match": exact_match,
 }
 
 
+PREFIX_SCORERS: dict[str, Scorer] = {"aime": math_dapo}  # verl: aime2024, aime-2025, ...
+
+
 def default_compute_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None
-) -> dict[str, float]:
-    """The built-in scorer of ``data_source`` (verl's default_compute_score, for these)."""
-    scorer = BUILTIN_SCORERS.get(data_source)
+) -> dict[str, float | str]:
+    """The built-in scorer of ``data_source`` (verl's default_compute_score, for these): by
+    exact name, else by prefix."""
+    scorer = BUILTIN_SCORERS.get(data_source) or next(
+        (s for prefix, s in PREFIX_SCORERS.items() if data_source.startswith(prefix)), None
+    )
     if scorer is None:
+        names = [*sorted(BUILTIN_SCORERS), *(f"{prefix}*" for prefix in PREFIX_SCORERS)]
         raise KeyError(
             f"no built-in reward for data_source {data_source!r} (built in: "
-            f"{', '.join(sorted(BUILTIN_SCORERS))}); set reward.function to "
-            "'module:function' or 'file.py:function'"
+            f"{', '.join(names)}); set reward.function to 'module:function' or "
+            "'file.py:function'"
         )
     return scorer(solution_str, ground_truth)

@@ -6,6 +6,8 @@ NaN/inf gives score 0 for that sample; the step goes on, the failures are counte
 metrics (reward/errors, reward/timeouts, reward/non_finite), and the first one is printed
 with its sample. Exactly one score per sample, checked. A dict result's other numeric keys
 become metrics (``acc`` is the accuracy used by the metrics and the dynamic-sampling filter).
+The function is called as verl calls it, by keyword (``ascent.rewards.signature``); one whose
+signature verl could not call either is refused when the manager is built.
 """
 
 import math
@@ -20,6 +22,7 @@ from ascent.batch import Batch
 from ascent.engine.config import Strict
 from ascent.importing import load_object
 from ascent.rewards.call import score_sample
+from ascent.rewards.signature import verl_call
 from ascent.rollout.types import response_lengths
 
 
@@ -43,8 +46,10 @@ class RewardManager:
         self.tokenizer = tokenizer
         if config.function is not None:  # a typo fails now, not as a run of zero rewards
             try:
-                if not callable(load_object(config.function)):
+                function = load_object(config.function)
+                if not callable(function):
                     raise TypeError("it is not callable")
+                verl_call(function)  # a signature verl could not call either is refused now
             except Exception as error:
                 raise ValueError(f"reward.function={config.function!r}: {error}") from error
         self.pool = None

@@ -134,7 +134,7 @@ def test_a_misbehaving_scorer_does_not_stop_the_run(tiny_model, tmp_path, capsys
         tiny_model,
         tmp_path,
         tmp_path / "run",
-        "data.val_files=[]",
+        f"data.val_files=[{tmp_path / 'train.jsonl'}]",
         "data.prompts_per_step=4",
         "data.shuffle=false",
         "rollout.samples_per_prompt=2",
@@ -142,10 +142,12 @@ def test_a_misbehaving_scorer_does_not_stop_the_run(tiny_model, tmp_path, capsys
         "reward.workers=2",
         "reward.timeout_s=1",
         "trainer.total_steps=2",
+        "trainer.val_every=2",
     )
     assert train_rl(run)["steps"] == 2
     for key in ["reward/errors", "reward/non_finite", "reward/timeouts"]:
         assert metric(tmp_path / "run", key) == [2.0, 2.0], key
+        assert metric(tmp_path / "run", f"val/{key}") == [4.0], key  # 16 answers, 4 of each
     assert "scorer bug" in capsys.readouterr().out  # the first failure, with its sample
 
 

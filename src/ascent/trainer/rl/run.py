@@ -172,7 +172,8 @@ class RLRun:
         self.weight_version += int(updated)
 
     def validate(self) -> dict[str, float]:
-        """Greedy answers to the validation prompts: val/<data_source>/acc and /score."""
+        """Greedy answers to the validation prompts: val/<data_source>/acc and /score, and
+        the scorer's failures on them (val/reward/errors, timeouts, non_finite; when any)."""
         if not self.val_prompts:
             return {}
         world = self.rollout.dp_size
@@ -180,11 +181,13 @@ class RLRun:
         batch = self.rollout.generate(
             prompts_batch(prompts, self.pad_id, "val"), sampling={"n": 1, "temperature": 0.0}
         )
-        scored, _ = self.rewards.score(batch.index(slice(0, len(self.val_prompts))))
+        scored, failures = self.rewards.score(batch.index(slice(0, len(self.val_prompts))))
         by_source: dict[str, list[int]] = defaultdict(list)
         for row, source in enumerate(scored["data_source"]):
             by_source[source].append(row)
-        metrics = {}
+        # Logged when some happened: a scorer failing on validation answers lowers val/*/acc
+        # without being the model's fault.
+        metrics = {f"val/{name}": count for name, count in failures.items() if count}
         for source, rows in by_source.items():
             metrics[f"val/{source}/acc"] = float(scored["acc"][rows].mean())
             metrics[f"val/{source}/score"] = float(scored["scores"][rows].mean())

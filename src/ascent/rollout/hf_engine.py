@@ -4,13 +4,28 @@ For correctness comparisons and as the baseline of ``bench/rollout.py``. Sequenc
 sample of every prompt) are generated in static batches of up to ``max_num_seqs``, prompts
 left-padded; each sample is prefilled on its own, as ``generate`` does. Log-probs are those
 of the scores ``generate`` samples from (after temperature, top-k and top-p), so they follow
-the same definition as the native engine's.
+the same definition as the native engine's. They are gathered step by step while ``generate``
+runs, so memory for them is one step's scores, O(batch x V), not every step's.
 """
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ascent.rollout.types import Sample, SamplingParams
+
+# ``generate`` runs the logits processors it is given before the warpers it builds itself, and
+# the log-probs must see the warped scores: so it is told to build none (overriding whatever
+# the model's generation config sets) and gets ours, followed by the recorder.
+NO_WARPERS = {
+    "temperature": 1.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "min_p": None,
+    "top_h": None,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+}
 
 
 class TransformersEngine:
@@ -37,6 +52,8 @@ class TransformersEngine:
     def _generate_batch(
         self, prompts: list[list[int]], chunk: list[tuple[int, int]], sampling: SamplingParams
     ) -> list[Sample]:
+        from transformers import LogitsProcessorList
+
         width = max(len(prompts[p]) for p, _ in chunk)
         ids = torch.zeros(len(chunk), width, dtype=torch.long)
         mask = torch.zeros(len(chunk), width, dtype=torch.long)
@@ -51,23 +68,22 @@ class TransformersEngine:
             "do_sample": not greedy,
             "eos_token_id": stop_ids or None,
             "pad_token_id": pad,
-            "output_scores": True,
-            "return_dict_in_generate": True,
         }
         if not greedy:
-            options |= {
-                "temperature": sampling.temperature,
-                "top_p": sampling.top_p,
-                "top_k": sampling.top_k,
-            }
+            options |= NO_WARPERS
         if sampling.stop:
             options |= {"stop_strings": sampling.stop, "tokenizer": self.tokenizer}
-        out = self.model.generate(
-            ids.to(self.device), attention_mask=mask.to(self.device), **options
+        recorder = LogProbRecorder()
+        processors = [] if greedy else warpers(sampling)
+        sequences = self.model.generate(
+            ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            logits_processor=LogitsProcessorList([*processors, recorder]),
+            **options,
         )
-        generated = out.sequences[:, width:].cpu()
-        scores = torch.stack(out.scores, dim=1).float().cpu()  # (batch, steps, V)
-        log_probs = torch.log_softmax(scores, dim=-1).gather(-1, generated[..., None]).squeeze(-1)
+        generated = sequences[:, width:]
+        log_probs = recorder.log_probs_of(generated).cpu()
+        generated = generated.cpu()
         samples = []
         for row, (p, s) in enumerate(chunk):
             tokens = generated[row].tolist()
@@ -96,3 +112,53 @@ class TransformersEngine:
                 if any(stop in text for stop in sampling.stop):
                     return index + 1, "stop"
         return len(tokens), "length"
+
+
+def warpers(sampling: SamplingParams) -> list:
+    """Temperature, top-k, top-p: the warpers ``generate`` would build, in its order."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    chosen = []
+    if sampling.temperature != 1.0:
+        chosen.append(TemperatureLogitsWarper(sampling.temperature))
+    if sampling.top_k != 0:
+        chosen.append(TopKLogitsWarper(sampling.top_k))
+    if sampling.top_p < 1.0:
+        chosen.append(TopPLogitsWarper(sampling.top_p))
+    return chosen
+
+
+class LogProbRecorder:
+    """The last logits processor of a ``generate`` call (a ``transformers.LogitsProcessor``).
+
+    At each step it receives the tokens so far and the scores the next token will be sampled
+    from; the token sampled from the previous step's scores is the last column of
+    ``input_ids``, and its log-prob, log_softmax(scores)[token], is kept as a (batch,) tensor.
+    Only the latest scores are referenced (``generate`` holds them anyway), never copied.
+    """
+
+    def __init__(self) -> None:
+        self.scores: Tensor | None = None
+        self.log_probs: list[Tensor] = []
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        if self.scores is not None:
+            self.log_probs.append(token_log_prob(self.scores, input_ids[:, -1]))
+        self.scores = scores
+        return scores
+
+    def log_probs_of(self, generated: Tensor) -> Tensor:
+        """(batch, steps) log-probs of the generated tokens (batch, steps) ``generate`` returned.
+
+        The last token's scores are still pending here. A step ``generate`` ran and then undid
+        (its deferred stop check on some devices) was recorded too: only ``steps`` are kept.
+        """
+        steps = generated.shape[1]
+        if len(self.log_probs) < steps:
+            self.log_probs.append(token_log_prob(self.scores, generated[:, -1]))
+        return torch.stack(self.log_probs[:steps], dim=1)
+
+
+def token_log_prob(scores: Tensor, tokens: Tensor) -> Tensor:
+    """log_softmax(scores) (batch, V) in float32, at one token per row (batch,)."""
+    return torch.log_softmax(scores.float(), dim=-1).gather(-1, tokens[:, None]).squeeze(-1)

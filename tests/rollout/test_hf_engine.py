@@ -91,10 +91,11 @@ print(before, kib("VmHWM"))
 
 @pytest.mark.slow
 def test_generation_does_not_keep_every_steps_scores():
-    """32 rows x 256 steps over a 32k vocabulary: every step's float32 scores are 1 GiB, and
-    stacking them another; one step's are 4 MiB. The growth of the peak resident set of a
-    child process during generate must stay far below the former."""
-    vocab, rows, steps = 32768, 32, 256
+    """32 rows x 128 steps over a 32k vocabulary: every step's float32 scores are 512 MiB, and
+    stacking them as much again; one step's are 4 MiB. The growth of the peak resident set of
+    a child process during generate (~30 MiB when only one step's are kept, ~3x the total when
+    all are) must stay far below the total."""
+    vocab, rows, steps = 32768, 32, 128
     done = subprocess.run(
         [sys.executable, "-c", PEAK_MEMORY, str(vocab), str(rows), str(steps)],
         capture_output=True,
@@ -106,4 +107,4 @@ def test_generation_does_not_keep_every_steps_scores():
     all_scores = rows * steps * vocab * 4
     growth = (peak - before) * 1024
     print(f"peak growth {growth / 2**20:.0f} MiB; every step's scores {all_scores / 2**20:.0f} MiB")
-    assert growth < all_scores / 8
+    assert growth < all_scores / 4

@@ -1,5 +1,5 @@
-"""The driver-side algorithm stage: overlong shaping, KL in the reward, advantages, and the
-verl-named metrics of the step's batch."""
+"""The driver-side algorithm stage: overlong shaping, KL in the reward, advantages, the
+verl-named metrics of the step's batch, and PF-PPO resampling."""
 
 import torch
 from torch import Tensor
@@ -12,14 +12,15 @@ from ascent.algos import (
     kl_penalty_in_reward,
 )
 from ascent.algos.overlong import overlong_penalty
+from ascent.algos.pf_ppo import pf_ppo_resample
 from ascent.batch import Batch
 from ascent.rollout.types import response_lengths
 from ascent.trainer.rl.config import KLSettings, Plan
 
 
 class AdvantageStage:
-    def __init__(self, plan: Plan, kl: KLSettings, max_response_length: int) -> None:
-        self.plan, self.max_response_length = plan, max_response_length
+    def __init__(self, plan: Plan, kl: KLSettings, max_response_length: int, seed: int) -> None:
+        self.plan, self.max_response_length, self.seed = plan, max_response_length, seed
         self.controller: FixedKLController | AdaptiveKLController | None = None
         if plan.kl_mode == "reward":
             if kl.controller == "adaptive":
@@ -27,7 +28,9 @@ class AdvantageStage:
             else:
                 self.controller = FixedKLController(plan.kl_coef)
 
-    def __call__(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
+    def __call__(self, batch: Batch, step: int) -> tuple[Batch, dict[str, float]]:
+        """Shaped rewards, advantages and returns of ``batch`` (step ``step`` seeds PF-PPO's
+        draw, so a resumed run draws the same rows); metrics describe the batch as collected."""
         plan, mask = self.plan, batch["response_mask"]
         rewards = batch["token_rewards"]
         metrics: dict[str, float] = {}
@@ -37,6 +40,7 @@ class AdvantageStage:
                 lengths,
                 max_length=self.max_response_length,
                 buffer_length=plan.overlong_buffer,
+                factor=plan.overlong_penalty,
             )
             last = (lengths.clamp(min=1) - 1).unsqueeze(-1)
             rewards = rewards.scatter_add(1, last, penalty.unsqueeze(-1))
@@ -62,7 +66,18 @@ class AdvantageStage:
         )
         result = compute_advantages(plan.estimator, inputs, **plan.estimator_params)
         batch = batch.assign(rewards=rewards, advantages=result.advantages, returns=result.returns)
-        return batch, metrics | batch_metrics(batch)
+        metrics |= batch_metrics(batch)
+        if plan.pf_ppo is not None:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+            rows = pf_ppo_resample(
+                batch["scores"],
+                method=plan.pf_ppo.method,
+                power=plan.pf_ppo.power,
+                generator=generator,
+            )
+            batch = batch.index(rows)
+            metrics["pf_ppo/unique_share"] = len(set(rows.tolist())) / len(rows)
+        return batch, metrics
 
 
 def _stats(name: str, values: Tensor) -> dict[str, float]:

@@ -1,5 +1,7 @@
 """The RL config tree (``ascent train``), and the plan derived from it and checked at start."""
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -96,6 +98,19 @@ class KLSettings(Strict):
     horizon: float = Field(10000.0, gt=0, description="Adaptive controller's horizon (samples).")
 
 
+class PFPPOSettings(Strict):
+    """Policy filtration (PF-PPO, arXiv:2409.06957): after the advantages, the step's batch is
+    resampled with replacement, sample i drawn in proportion to a weight of its score, so
+    responses with a reliable reward are trained on more often (ascent.algos.pf_ppo)."""
+
+    method: Literal["pow", "max_min", "max_random"] = Field(
+        "pow",
+        description="pow: |score|^power; max_min: only the batch's best and worst; "
+        "max_random: the best 4x as likely as the rest.",
+    )
+    power: float = Field(2.0, gt=0, description="Exponent of method pow.")
+
+
 class AlgorithmSettings(Strict):
     """Which algorithm, and overrides of what its preset sets."""
 
@@ -119,7 +134,12 @@ class AlgorithmSettings(Strict):
         ge=1,
         description="Overlong shaping zone in tokens (default for dapo: 1/4 of the length).",
     )
-    overlong_penalty: float = Field(1.0, ge=0, description="Penalty at the length limit.")
+    overlong_penalty: float = Field(
+        1.0, ge=0, description="Overlong shaping's penalty at the length limit (its factor)."
+    )
+    pf_ppo: PFPPOSettings | None = Field(
+        None, description="PF-PPO: resample each step's batch by score before the update."
+    )
 
 
 class RLTrainerSettings(RunSettings):
@@ -179,6 +199,8 @@ class Plan:
     recompute_log_probs: bool
     dynamic_sampling: bool
     overlong_buffer: int | None
+    overlong_penalty: float
+    pf_ppo: PFPPOSettings | None
     greedy_baseline: bool
     samples_per_step: int
     actor_mini_batches: int
@@ -195,7 +217,12 @@ class Plan:
         if self.dynamic_sampling:
             extras.append(f"dynamic sampling ({config.algorithm.max_generation_rounds} rounds)")
         if self.overlong_buffer:
-            extras.append(f"overlong shaping over the last {self.overlong_buffer} tokens")
+            extras.append(
+                f"overlong shaping over the last {self.overlong_buffer} tokens (down to "
+                f"-{self.overlong_penalty:g})"
+            )
+        if self.pf_ppo is not None:
+            extras.append(f"PF-PPO resampling ({self.pf_ppo.method})")
 
         def with_params(name: str, params: dict[str, Any]) -> str:
             return f"{name} {params}" if params else name
@@ -251,7 +278,17 @@ def make_plan(config: RLConfig) -> Plan:
             )
         return count
 
-    _check_names(estimator, a.loss or preset.loss, a.kl.estimator or preset.kl_estimator)
+    loss = a.loss or preset.loss
+    estimator_params = {
+        **(preset.estimator_params if a.estimator is None else {}),
+        **a.estimator_params,
+    }
+    loss_params = {**(preset.loss_params if a.loss is None else {}), **a.loss_params}
+    _check_names(estimator, loss, a.kl.estimator or preset.kl_estimator)
+    _check_params(
+        "algorithm.estimator_params", ADVANTAGE_ESTIMATORS.get(estimator), estimator_params
+    )
+    _check_params("algorithm.loss_params", POLICY_LOSSES.get(loss), loss_params)
     rollout_world = (config.rollout.resources or config.resources).world_size
     if prompts % rollout_world:
         raise ValueError(
@@ -260,12 +297,9 @@ def make_plan(config: RLConfig) -> Plan:
         )
     return Plan(
         estimator=estimator,
-        estimator_params={
-            **(preset.estimator_params if a.estimator is None else {}),
-            **a.estimator_params,
-        },
-        loss=a.loss or preset.loss,
-        loss_params={**(preset.loss_params if a.loss is None else {}), **a.loss_params},
+        estimator_params=estimator_params,
+        loss=loss,
+        loss_params=loss_params,
         aggregation=a.aggregation or preset.aggregation,
         kl_mode=kl_mode,
         kl_coef=a.kl.coef
@@ -280,6 +314,8 @@ def make_plan(config: RLConfig) -> Plan:
         or (config.actor.prompts_per_update or prompts) < prompts,
         dynamic_sampling=dynamic,
         overlong_buffer=overlong,
+        overlong_penalty=a.overlong_penalty,
+        pf_ppo=a.pf_ppo,
         greedy_baseline=estimator == "remax",
         samples_per_step=samples,
         actor_mini_batches=mini_batches("actor", config.actor.prompts_per_update),
@@ -301,3 +337,17 @@ def _check_names(estimator: str, loss: str, kl_estimator: str) -> None:
         kl_estimator_name(kl_estimator)
     except ValueError as error:
         raise ValueError(f"algorithm.kl.estimator: {error}") from error
+
+
+def _check_params(field: str, function: Callable, params: dict[str, Any]) -> None:
+    """Parameters the estimator or loss does not take fail now, naming the ones it does,
+    rather than at the first update on a worker."""
+    signature = inspect.signature(function)
+    try:
+        signature.bind(None, **params)  # the first argument is the inputs
+    except TypeError as error:
+        taken = list(signature.parameters)[1:]
+        raise ValueError(
+            f"{field}={params}: {error}; {getattr(function, '__name__', function)} takes "
+            f"{', '.join(taken) or 'no parameters'}"
+        ) from None

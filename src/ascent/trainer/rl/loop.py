@@ -26,7 +26,7 @@ def learn(run: RLRun, batch: Batch, step: int) -> tuple[Batch, dict[str, float]]
         with run.timer("values"):
             batch = batch.union(run.critic.values(batch))
     with run.timer("adv"):
-        batch, metrics = run.algorithm(batch)  # shaping, KL, advantages
+        batch, metrics = run.algorithm(batch, step)  # shaping, KL, advantages
     if run.critic is not None:
         with run.timer("update_critic"):
             metrics |= run.critic.update(batch)[0]

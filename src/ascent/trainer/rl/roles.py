@@ -1,7 +1,6 @@
 """The worker configs of a run, built from the RL config and its plan, and the groups."""
 
 from ascent.controller import Role, WorkerGroup, spawn_groups
-from ascent.engine.config import ModelConfig
 from ascent.rollout import RolloutConfig, RolloutWorker
 from ascent.rollout.types import SamplingParams
 from ascent.trainer.rl.config import Plan, RLConfig
@@ -38,12 +37,9 @@ def actor_config(config: RLConfig, plan: Plan) -> ActorConfig:
 
 def critic_config(config: RLConfig, plan: Plan) -> CriticConfig:
     c = config.critic
-    base = ModelConfig(
-        path=config.model.path,
-        trust_remote_code=config.model.trust_remote_code,
-        attn_implementation=config.model.attn_implementation,
-        gradient_checkpointing=config.model.gradient_checkpointing,
-    )
+    # The policy's checkpoint with all its settings (packing, attention, checkpointing), all
+    # weights trained (no LoRA); critic.model configures the critic on its own.
+    base = config.model.model_copy(update={"lora": None})
     return CriticConfig(
         model=c.model or base,
         optim=c.optim,

@@ -71,7 +71,7 @@ class RLRun:
         self.total_steps = cfg.total_steps or per_epoch * cfg.epochs
         self.rewards = RewardManager(config.reward, self.tokenizer)
         self.algorithm = AdvantageStage(
-            self.plan, config.algorithm.kl, config.rollout.max_response_length
+            self.plan, config.algorithm.kl, config.rollout.max_response_length, cfg.seed
         )
         self.weight_version = self.begin.state.get("weight_version", 0)  # updates it has seen
         self.nonfinite = NonFiniteGuard(cfg.max_consecutive_nonfinite, self.run_dir / "nonfinite")

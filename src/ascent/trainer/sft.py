@@ -21,11 +21,12 @@ from ascent.batch import Batch
 from ascent.config import dump_config
 from ascent.controller import spawn_group
 from ascent.data.sft import SFTDataConfig, SFTExample, load_sft_examples
-from ascent.engine import FSDPConfig, ModelConfig, OptimConfig, data_parallel_order
+from ascent.engine import FSDPConfig, ModelConfig, OptimConfig
 from ascent.engine.config import Strict
 from ascent.models.loading import load_tokenizer
 from ascent.trainer.checkpoint_parts import restore_rng, save_run_parts
 from ascent.trainer.checkpoints import Checkpoints
+from ascent.trainer.dp_order import for_ranks
 from ascent.trainer.faults import StopRequest
 from ascent.trainer.run_dir import start_run
 from ascent.trainer.settings import ResourcesConfig, RunSettings
@@ -75,12 +76,6 @@ def epoch_order(size: int, epoch: int, seed: int) -> list[int]:
     order = list(range(size))
     random.Random(seed * 1_000_003 + epoch).shuffle(order)
     return order
-
-
-def for_ranks(batch: Batch, dp_size: int) -> Batch:
-    """Rows arranged so every rank gets a similar number of tokens."""
-    tokens = batch["attention_mask"].sum(-1).tolist()
-    return batch.index(data_parallel_order(tokens, dp_size, 1))
 
 
 def train_sft(config: SFTConfig) -> dict:

@@ -5,6 +5,7 @@ import time
 from tqdm import tqdm
 
 from ascent.batch import Batch
+from ascent.trainer.dp_order import for_ranks
 from ascent.trainer.faults import StopRequest
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.run import RLRun
@@ -27,12 +28,15 @@ def learn(run: RLRun, batch: Batch, step: int) -> tuple[Batch, dict[str, float]]
             batch = batch.union(run.critic.values(batch))
     with run.timer("adv"):
         batch, metrics = run.algorithm(batch, step)  # shaping, KL, advantages
+    # Each update's mini-batches hold the same rows whatever the number of ranks.
     if run.critic is not None:
         with run.timer("update_critic"):
-            metrics |= run.critic.update(batch)[0]
+            ordered = for_ranks(batch, run.critic.dp_size, run.plan.critic_mini_batches)
+            metrics |= run.critic.update(ordered)[0]
     if step >= run.config.critic.warmup_steps or run.critic is None:
         with run.timer("update_actor"):
-            metrics |= run.actor.update(batch)[0]
+            ordered = for_ranks(batch, run.actor.dp_size, run.plan.actor_mini_batches)
+            metrics |= run.actor.update(ordered)[0]
         with run.timer("sync"):
             run.sync_rollout()  # new weights to the generator
     return batch, metrics

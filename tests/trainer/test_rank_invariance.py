@@ -1,0 +1,52 @@
+"""An RL update does not depend on the number of data-parallel ranks: the same rollouts
+(dumped once, replayed) trained on one rank and on two ranks over Ray, with two mini-batches
+per step for the actor and the critic, give the same losses and gradient norms, step after
+step. Without ``for_ranks`` rank r's j-th slice would make global mini-batch j hold
+different rows for one and two ranks."""
+
+import json
+
+import pytest
+
+from ascent.trainer.rl.loop import train_rl
+from tests.trainer.rl_setup import config, metric
+
+TWO_MINI_BATCHES = [
+    "algorithm.name=ppo",  # a critic too: its mini-batches are ordered the same way
+    "actor.prompts_per_update=4",
+    "critic.prompts_per_update=4",
+    "critic.optim.lr=1e-3",
+    "trainer.total_steps=2",
+]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_one_and_two_ranks_make_the_same_updates(tiny_model, prompts, tmp_path, local_ray):
+    dumps = tmp_path / "dumps"
+    train_rl(
+        config(
+            tiny_model,
+            prompts,
+            tmp_path / "live",
+            *TWO_MINI_BATCHES,
+            f"trainer.dump_rollouts={dumps}",
+        )
+    )
+    for name, ranks in [("one", 1), ("two", 2)]:
+        train_rl(
+            config(
+                tiny_model,
+                prompts,
+                tmp_path / name,
+                *TWO_MINI_BATCHES,
+                f"trainer.replay_rollouts={dumps}",
+                f"resources.devices_per_node={ranks}",
+            )
+        )
+    for key in ["actor/pg_loss", "actor/grad_norm", "actor/pg_clipfrac", "critic/vf_loss"]:
+        one, two = metric(tmp_path / "one", key), metric(tmp_path / "two", key)
+        assert len(one) == 2, key
+        assert two == pytest.approx(one, rel=1e-4, abs=1e-6), key
+    workers = json.loads((tmp_path / "two" / "processes.json").read_text())
+    assert {w["rank"] for w in workers if w["role"] == "actor"} == {0, 1}

@@ -1,7 +1,7 @@
-"""Suite-wide: tiny checkpoints on disk, and `gpu` tests skipped where CUDA is not available."""
+"""Suite-wide: tiny checkpoints on disk, `gpu` tests skipped where CUDA is not available, and
+a local Ray for the modules that ask for one (imported only then)."""
 
 import pytest
-import ray
 import torch
 
 from ascent.models import build_tiny_model
@@ -34,7 +34,12 @@ def tiny_tied_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """A local Ray per test module (8 logical CPUs: workers mostly wait), shut down after it."""
+    """A local Ray per test module (8 logical CPUs: workers mostly wait), shut down after it.
+
+    Ray is imported here, not at the top: the GPU machine has no Ray, and its tests run
+    without it."""
+    import ray
+
     if not ray.is_initialized():
         ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
     yield

@@ -43,3 +43,13 @@ def test_readme_config_reference_is_generated_from_the_classes():
     assert render(README) == README, "run: python -m ascent.configdoc --update README.md"
     for model in DOCUMENTED:
         assert f"<!-- config:{model.__name__} -->" in README
+
+
+def test_documents_cited_in_the_source_are_in_the_repository():
+    """A ``*.md`` named in the source, the tests or the README exists at that path."""
+    sources = [p for folder in ("src", "tests", "bench") for p in (ROOT / folder).rglob("*.py")]
+    texts = [README, *(path.read_text() for path in sources)]
+    cited = {name for text in texts for name in re.findall(r"[\w./-]+\.md\b", text)}
+    assert "docs/ALGORITHMS.md" in cited
+    missing = sorted(name for name in cited if not (ROOT / name).is_file())
+    assert not missing, f"cited but not in the repository: {missing}"

@@ -73,7 +73,7 @@ def _config(kind: type, args: argparse.Namespace, overrides: list[str]) -> objec
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from ascent.trainer.run_dir import RunDirInUse
+    from ascent.trainer.run_dir import CannotStart
     from ascent.trainer.sft import SFTConfig, train_sft
 
     config = _config(SFTConfig, args, args.overrides)
@@ -81,7 +81,7 @@ def _sft(args: argparse.Namespace) -> int:
         return 2
     try:
         result = train_sft(config)
-    except RunDirInUse as error:
+    except CannotStart as error:
         print(f"ascent sft: {error}", file=sys.stderr)
         return 2
     except _run_failures() as error:
@@ -93,7 +93,7 @@ def _sft(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from ascent.trainer.rl.config import RLConfig, make_plan
     from ascent.trainer.rl.loop import train_rl
-    from ascent.trainer.run_dir import RunDirInUse
+    from ascent.trainer.run_dir import CannotStart
 
     overrides = list(args.overrides)
     if args.dump_rollouts:
@@ -110,7 +110,7 @@ def _train(args: argparse.Namespace) -> int:
         return 2
     try:
         result = train_rl(config)
-    except RunDirInUse as error:
+    except CannotStart as error:
         print(f"ascent train: {error}", file=sys.stderr)
         return 2
     except _run_failures() as error:
@@ -134,6 +134,7 @@ def _failed(command: str, error: BaseException, run_dir: str) -> int:
     from ascent.trainer.checkpoints import Checkpoints, SaveFailed
 
     latest = Checkpoints(run_dir).latest()
+    _stop_ray_output()
     print(f"ascent {command}: {error}", file=sys.stderr)
     if latest is not None and not isinstance(error, SaveFailed):  # it names the last one
         print(
@@ -142,6 +143,19 @@ def _failed(command: str, error: BaseException, run_dir: str) -> int:
             file=sys.stderr,
         )
     return 1
+
+
+def _stop_ray_output() -> None:
+    """Shut down this process's Ray, so that its workers' last output (a dead rank's
+    traceback, relayed by Ray's log monitor) comes before the message, not after it."""
+    if "ray" not in sys.modules:  # never imported: no Ray to stop
+        return
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
 
 
 def _stopped(result: dict) -> int:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ascent.config import ConfigError, load_config
+from ascent.trainer.capacity import demand
 
 Check = tuple[str, str, str]  # (status: ok / warn / FAIL / skip, name, detail)
 GIB = 2**30
@@ -89,22 +90,6 @@ def check_config(path: str, overrides: list[str]) -> tuple[list[Check], Any | No
     return [("ok", "config", f"{path} is a valid RL config; its step plan resolves")], config
 
 
-def _demand(config: Any) -> tuple[float, int, str]:
-    """CPUs and GPUs the run's worker pools ask Ray for, and the fields that set them."""
-    pools = [("resources", config.resources)]
-    rollout = getattr(getattr(config, "rollout", None), "resources", None)
-    if rollout is not None:  # a rollout on its own devices is a second pool
-        pools.append(("rollout.resources", rollout))
-    cpus = sum(pool.world_size * pool.cpus_per_worker for _, pool in pools)
-    gpus = sum(pool.world_size for _, pool in pools if pool.device == "cuda")
-    fields = " + ".join(
-        f"{name}.nodes x {name}.devices_per_node x {name}.cpus_per_worker"
-        + (" (and 1 GPU each: device=cuda)" if pool.device == "cuda" else "")
-        for name, pool in pools
-    )
-    return cpus, gpus, fields
-
-
 def check_ray(config: Any | None, start_ray: bool) -> list[Check]:
     """What Ray sees, and whether it covers the config's worker pools."""
     try:
@@ -132,7 +117,7 @@ def check_ray(config: Any | None, start_ray: bool) -> list[Check]:
     memory = total.get("memory", 0) / GIB
     checks = [("ok", "ray", f"{cpus:g} CPU, {gpus} GPU, {memory:.1f} GiB memory, {nodes} node(s)")]
     if config is not None:
-        need_cpus, need_gpus, fields = _demand(config)
+        need_cpus, need_gpus, fields = demand(config)
         if need_cpus > cpus or need_gpus > gpus:
             short = (
                 f"need {need_cpus:g} CPU and {need_gpus} GPU, the cluster has {cpus:g} and {gpus}"
@@ -243,7 +228,7 @@ def _guarded(name: str, check: Callable[[], list[Check]]) -> list[Check]:
     try:
         return check()
     except Exception as error:
-        return [("FAIL", "model", f"check crashed: {type(error).__name__}: {error}")]
+        return [("FAIL", name, f"check crashed: {type(error).__name__}: {error}")]
 
 
 def run_doctor(

@@ -1,5 +1,5 @@
 """Independent references for the policy losses: one valid token at a time, float64 scalar
-tensor arithmetic in Python loops, written from ALGORITHMS.md. Scalar autograd gives the
+tensor arithmetic in Python loops, written from docs/ALGORITHMS.md. Scalar autograd gives the
 reference gradient; nothing is shared with the vectorised code under test.
 
 Each loss function returns {(i, t): 0-dim loss tensor} over the valid tokens only;

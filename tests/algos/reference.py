@@ -1,4 +1,4 @@
-"""Independent references for the estimators, written from ALGORITHMS.md in plain Python.
+"""Independent references for the estimators, written from docs/ALGORITHMS.md in plain Python.
 
 Python floats (double precision), explicit loops, the statistics module: nothing is shared
 with the vectorised implementations under test. Each function takes lists (rows of floats,

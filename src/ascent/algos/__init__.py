@@ -1,7 +1,7 @@
 """The RL math: advantage estimators, policy and value losses, KL, aggregation.
 
 Pure functions over tensors and masks; no models and no torch.distributed in here. The exact
-formulas are in each module's docstring (and in ALGORITHMS.md, which they implement).
+formulas are in each module's docstring (and in docs/ALGORITHMS.md, which they implement).
 """
 
 from ascent.algos.advantages import ADVANTAGE_ESTIMATORS, compute_advantages

@@ -1,6 +1,6 @@
 """Turn a per-token loss matrix into a scalar, with global-batch-invariant denominators.
 
-The modes (ALGORITHMS.md), over one mini-batch (one optimiser step):
+The modes (docs/ALGORITHMS.md), over one mini-batch (one optimiser step):
 
 - ``token-mean``:              sum_{i,t} L m / N_tok
 - ``seq-mean-token-sum``:      sum_i (sum_t L m) / N_seq

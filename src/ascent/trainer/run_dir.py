@@ -24,7 +24,12 @@ from ascent.trainer.checkpoints import Checkpoints
 RECORD_FILES = ("metrics.jsonl", "generations.jsonl")
 
 
-class RunDirInUse(ValueError):
+class CannotStart(ValueError):
+    """A run that cannot start as configured; the message names the fields and what to do
+    (``ascent train``/``sft`` print it and exit 2, before any worker starts)."""
+
+
+class RunDirInUse(CannotStart):
     """``run_dir`` holds a run that the requested start would mix with a new one."""
 
 

@@ -24,11 +24,12 @@ from ascent.data.sft import SFTDataConfig, SFTExample, load_sft_examples
 from ascent.engine import FSDPConfig, ModelConfig, OptimConfig
 from ascent.engine.config import Strict
 from ascent.models.loading import load_tokenizer
+from ascent.trainer.capacity import check_local_capacity
 from ascent.trainer.checkpoint_parts import restore_rng, save_run_parts
 from ascent.trainer.checkpoints import Checkpoints
 from ascent.trainer.dp_order import for_ranks
 from ascent.trainer.faults import StopRequest
-from ascent.trainer.run_dir import start_run
+from ascent.trainer.run_dir import CannotStart, start_run
 from ascent.trainer.settings import ResourcesConfig, RunSettings
 from ascent.trainer.tracking import Tracker, TrackingConfig
 from ascent.workers.sft import SFTWorker, SFTWorkerConfig
@@ -81,14 +82,10 @@ def epoch_order(size: int, epoch: int, seed: int) -> list[int]:
 def train_sft(config: SFTConfig) -> dict:
     """Run SFT; returns the validation losses, the final train loss and where things went."""
     cfg = config.trainer
-    run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    checkpoints = Checkpoints(run_dir, keep_last=cfg.keep_last, checksums=cfg.checksum_checkpoints)
-    begin = start_run(run_dir, checkpoints, cfg.resume)  # before anything is written
-    dump_config(config, run_dir / "config.yaml")
+    check_local_capacity(config)  # before a local Ray would wait minutes for it
     dp = config.resources.world_size
     if cfg.batch_size % dp:
-        raise ValueError(
+        raise CannotStart(
             f"trainer.batch_size={cfg.batch_size} must be a multiple of the {dp} ranks"
         )
 
@@ -98,9 +95,16 @@ def train_sft(config: SFTConfig) -> dict:
     print(f"sft data: train {dict(counts)}; validation {dict(val_counts)}")
     steps_per_epoch = len(train_examples) // cfg.batch_size
     if steps_per_epoch == 0:
-        raise ValueError(
-            f"{len(train_examples)} training examples make no batch of {cfg.batch_size}"
+        raise CannotStart(
+            f"trainer.batch_size={cfg.batch_size} is more than the {len(train_examples)} "
+            f"usable examples of data.train_files ({dict(counts)}): no step could be made; "
+            "lower trainer.batch_size or add data"
         )
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    checkpoints = Checkpoints(run_dir, keep_last=cfg.keep_last, checksums=cfg.checksum_checkpoints)
+    begin = start_run(run_dir, checkpoints, cfg.resume)  # before anything is written
+    dump_config(config, run_dir / "config.yaml")
     total_steps = steps_per_epoch * cfg.epochs
     if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)

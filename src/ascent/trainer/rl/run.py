@@ -20,13 +20,14 @@ from ascent.models.loading import load_tokenizer
 from ascent.rewards.manager import RewardManager
 from ascent.rollout import sync_weights
 from ascent.rollout.types import response_lengths, rollout_padding
+from ascent.trainer.capacity import check_local_capacity
 from ascent.trainer.checkpoint_parts import restore_rng, save_run_parts
 from ascent.trainer.checkpoints import Checkpoints
 from ascent.trainer.faults import NonFiniteGuard
 from ascent.trainer.rl.advantage import AdvantageStage
 from ascent.trainer.rl.config import RLConfig, make_plan
 from ascent.trainer.rl.roles import spawn_roles
-from ascent.trainer.run_dir import start_run
+from ascent.trainer.run_dir import CannotStart, start_run
 from ascent.trainer.tracking import Tracker, keep_records_up_to
 
 CONSOLE = [
@@ -46,16 +47,9 @@ CONSOLE = [
 class RLRun:
     def __init__(self, config: RLConfig) -> None:
         self.config, self.plan = config, make_plan(config)
-        cfg = config.trainer
-        self.run_dir = Path(cfg.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.checkpoints = Checkpoints(
-            self.run_dir, keep_last=cfg.keep_last, checksums=cfg.checksum_checkpoints
-        )
-        # Before anything is written: a checkpoint is verified, a used directory refused.
-        self.begin = start_run(self.run_dir, self.checkpoints, cfg.resume)
-        dump_config(config, self.run_dir / "config.yaml")
+        check_local_capacity(config)  # before a local Ray would wait minutes for it
         print(self.plan.describe(config))
+        cfg = config.trainer
         self.tokenizer = load_tokenizer(
             config.model.path, trust_remote_code=config.model.trust_remote_code
         )
@@ -66,6 +60,20 @@ class RLRun:
         )
         self.val_prompts = self.val_prompts[: config.data.val_max_prompts]
         print(f"prompts: train {dict(counts)}; validation {dict(val_counts)}")
+        if len(train) < config.data.prompts_per_step:
+            raise CannotStart(
+                f"data.prompts_per_step={config.data.prompts_per_step} is more than the "
+                f"{len(train)} usable prompts of data.train_files ({dict(counts)}): every step "
+                "would repeat prompts; lower data.prompts_per_step or add data"
+            )
+        self.run_dir = Path(cfg.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.checkpoints = Checkpoints(
+            self.run_dir, keep_last=cfg.keep_last, checksums=cfg.checksum_checkpoints
+        )
+        # Before anything is written: a checkpoint is verified, a used directory refused.
+        self.begin = start_run(self.run_dir, self.checkpoints, cfg.resume)
+        dump_config(config, self.run_dir / "config.yaml")
         self.stream = PromptStream(train, shuffle=config.data.shuffle, seed=config.data.seed)
         per_epoch = max(1, len(train) // config.data.prompts_per_step)
         self.total_steps = cfg.total_steps or per_epoch * cfg.epochs

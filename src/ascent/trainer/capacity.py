@@ -1,0 +1,94 @@
+"""What a run's worker pools ask Ray for, and whether a local Ray could ever give it.
+
+A local Ray (no ``ray_address``) has this machine's cores and GPUs and no autoscaler: a pool
+that asks for more waits for its placement group until the start timeout (minutes) and then
+fails. So the demand is checked against the machine before Ray starts, with the message
+``ascent doctor`` gives. A Ray cluster given by address (or already joined) is not checked
+here: it may grow, and ``ascent doctor CONFIG`` reports what it has.
+"""
+
+import os
+from typing import Any
+
+from ascent.trainer.run_dir import CannotStart
+from ascent.trainer.settings import ResourcesConfig
+
+
+class NotEnoughResources(CannotStart):
+    """The run asks a local Ray for more CPUs, GPUs or nodes than this machine has."""
+
+
+def pools(config: Any) -> list[tuple[str, ResourcesConfig]]:
+    """The run's resource pools with their config field names: ``resources``, and
+    ``rollout.resources`` when the rollout has devices of its own."""
+    found = [("resources", config.resources)]
+    rollout = getattr(getattr(config, "rollout", None), "resources", None)
+    if rollout is not None:
+        found.append(("rollout.resources", rollout))
+    return found
+
+
+def demand(config: Any) -> tuple[float, int, str]:
+    """CPUs and GPUs the run's pools ask Ray for, and the fields that set them:
+    sum over pools of nodes x devices_per_node x cpus_per_worker (and one GPU per worker
+    with device=cuda)."""
+    chosen = pools(config)
+    cpus = sum(pool.world_size * pool.cpus_per_worker for _, pool in chosen)
+    gpus = sum(pool.world_size for _, pool in chosen if pool.device == "cuda")
+    fields = " + ".join(
+        f"{name}.nodes x {name}.devices_per_node x {name}.cpus_per_worker"
+        + (" (and 1 GPU each: device=cuda)" if pool.device == "cuda" else "")
+        for name, pool in chosen
+    )
+    return cpus, gpus, fields
+
+
+def _starts_local_ray(config: Any) -> bool:
+    """Whether spawning the run's pools would start a Ray on this machine."""
+    if os.environ.get("RAY_ADDRESS") or config.resources.ray_address:
+        return False
+    uses_ray = any(
+        pool.backend == "ray" or (pool.backend == "auto" and pool.world_size > 1)
+        for _, pool in pools(config)
+    )
+    if not uses_ray:
+        return False
+    try:
+        import ray
+    except ImportError:
+        return True  # the backend reports the missing package itself
+    return not ray.is_initialized()
+
+
+def machine() -> tuple[int, int]:
+    """The CPUs this process may use (its affinity, as Ray counts them) and CUDA GPUs."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    except ImportError:
+        gpus = 0
+    return cpus or 1, gpus
+
+
+def check_local_capacity(config: Any) -> None:
+    """Raises NotEnoughResources when the run would start a local Ray that cannot place it."""
+    if not _starts_local_ray(config):
+        return
+    need_cpus, need_gpus, fields = demand(config)
+    have_cpus, have_gpus = machine()
+    nodes = max(pool.nodes for _, pool in pools(config))
+    if nodes > 1:
+        raise NotEnoughResources(
+            f"resources.nodes={nodes} but no Ray cluster is given: a local Ray has this one "
+            "machine; set resources.ray_address (or $RAY_ADDRESS) to the cluster's head, or "
+            "nodes=1"
+        )
+    if need_cpus > have_cpus or need_gpus > have_gpus:
+        raise NotEnoughResources(
+            f"{fields} need {need_cpus:g} CPU and {need_gpus} GPU, this machine has "
+            f"{have_cpus} and {have_gpus}: a local Ray would wait for them and fail; lower "
+            "them (e.g. resources.devices_per_node, resources.cpus_per_worker) or set "
+            "resources.ray_address to a cluster that has them (`ascent doctor CONFIG` checks)"
+        )

@@ -28,11 +28,11 @@ def pools(config: Any) -> list[tuple[str, ResourcesConfig]]:
     return found
 
 
-def demand(config: Any) -> tuple[float, int, str]:
+def demand(config: Any, *, ray_only: bool = False) -> tuple[float, int, str]:
     """CPUs and GPUs the run's pools ask Ray for, and the fields that set them:
     sum over pools of nodes x devices_per_node x cpus_per_worker (and one GPU per worker
-    with device=cuda)."""
-    chosen = pools(config)
+    with device=cuda). ``ray_only``: only the pools that will run on Ray (``_on_ray``)."""
+    chosen = [(name, pool) for name, pool in pools(config) if _on_ray(pool) or not ray_only]
     cpus = sum(pool.world_size * pool.cpus_per_worker for _, pool in chosen)
     gpus = sum(pool.world_size for _, pool in chosen if pool.device == "cuda")
     fields = " + ".join(
@@ -43,15 +43,18 @@ def demand(config: Any) -> tuple[float, int, str]:
     return cpus, gpus, fields
 
 
+def _on_ray(pool: ResourcesConfig) -> bool:
+    """As ``spawn_groups`` decides: Ray when asked for, or for "auto" with several devices."""
+    return pool.backend == "ray" or (
+        pool.backend == "auto" and (pool.world_size > 1 or pool.ray_address is not None)
+    )
+
+
 def _starts_local_ray(config: Any) -> bool:
     """Whether spawning the run's pools would start a Ray on this machine."""
     if os.environ.get("RAY_ADDRESS") or config.resources.ray_address:
         return False
-    uses_ray = any(
-        pool.backend == "ray" or (pool.backend == "auto" and pool.world_size > 1)
-        for _, pool in pools(config)
-    )
-    if not uses_ray:
+    if not any(_on_ray(pool) for _, pool in pools(config)):
         return False
     try:
         import ray
@@ -76,9 +79,9 @@ def check_local_capacity(config: Any) -> None:
     """Raises NotEnoughResources when the run would start a local Ray that cannot place it."""
     if not _starts_local_ray(config):
         return
-    need_cpus, need_gpus, fields = demand(config)
+    need_cpus, need_gpus, fields = demand(config, ray_only=True)
     have_cpus, have_gpus = machine()
-    nodes = max(pool.nodes for _, pool in pools(config))
+    nodes = max(pool.nodes for _, pool in pools(config) if _on_ray(pool))
     if nodes > 1:
         raise NotEnoughResources(
             f"resources.nodes={nodes} but no Ray cluster is given: a local Ray has this one "

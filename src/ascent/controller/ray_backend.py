@@ -8,6 +8,7 @@ naming it, without waiting for the others (which may be blocked in a collective 
 """
 
 import functools
+import os
 from typing import Any
 
 from ascent.controller.errors import WorkerDied, WorkerError, WorkerTimeout
@@ -20,12 +21,38 @@ STACK_TIMEOUT_S = 10.0
 
 def ensure_ray(address: str | None = None) -> None:
     """Connect to the cluster at ``address`` (or $RAY_ADDRESS), else start a local Ray;
-    nothing if this process is already connected."""
+    nothing if this process is already connected.
+
+    A local Ray's processes (GCS, raylet, agents) are started in process groups of their own:
+    in the driver's group, a SIGTERM meant for the driver (``timeout``, ``kill -- -PGID``, a
+    scheduler signalling the job's group) would stop Ray too while the driver finishes its
+    step, and the run would hang on the lost GCS instead of saving. They still end with the
+    driver (Ray ties them to it with PR_SET_PDEATHSIG); the actors have their own groups."""
     import ray
 
     if ray.is_initialized():
         return
-    ray.init(address=address, include_dashboard=False, log_to_driver=True)
+    global _starting_ray
+    _own_groups_at_fork()
+    _starting_ray = True
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=True)
+    finally:
+        _starting_ray = False
+
+
+_starting_ray = False  # set while ray.init starts its processes
+
+
+@functools.cache
+def _own_groups_at_fork() -> None:
+    """Ray starts its processes with a ``preexec_fn``, so Python's fork hooks run in them."""
+
+    def leave_the_group() -> None:
+        if _starting_ray:
+            os.setpgrp()
+
+    os.register_at_fork(after_in_child=leave_the_group)
 
 
 @functools.cache

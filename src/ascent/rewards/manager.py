@@ -8,6 +8,11 @@ with its sample. Exactly one score per sample, checked. A dict result's other nu
 become metrics (``acc`` is the accuracy used by the metrics and the dynamic-sampling filter).
 The function is called as verl calls it, by keyword (``ascent.rewards.signature``); one whose
 signature verl could not call either is refused when the manager is built.
+
+The pool (``ascent.rewards.pool``) survives the run being stopped: its processes ignore the
+SIGTERM/SIGINT that the driver answers with a checkpoint, a sample whose process was killed
+from outside is scored again (never 0), and a pool that pebble gave up on is replaced. A
+sample whose process dies on every try stops the step with its data source and response.
 """
 
 import math
@@ -22,6 +27,7 @@ from ascent.batch import Batch
 from ascent.engine.config import Strict
 from ascent.importing import load_object
 from ascent.rewards.call import score_sample
+from ascent.rewards.pool import ScorerDied, ScoringPool
 from ascent.rewards.signature import verl_call
 from ascent.rollout.types import response_lengths
 
@@ -52,16 +58,8 @@ class RewardManager:
                 verl_call(function)  # a signature verl could not call either is refused now
             except Exception as error:
                 raise ValueError(f"reward.function={config.function!r}: {error}") from error
-        self.pool = None
+        self.pool = ScoringPool(config.workers, config.timeout_s) if config.workers else None
         self.reported_failure = False
-        if config.workers > 0:
-            import multiprocessing
-
-            from pebble import ProcessPool
-
-            self.pool = ProcessPool(
-                max_workers=config.workers, context=multiprocessing.get_context("spawn")
-            )
 
     def score(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
         """Adds ``scores`` and ``acc`` (B,), ``token_rewards`` (B, R) (the score on the last
@@ -104,10 +102,15 @@ class RewardManager:
             for call in calls:
                 yield self._checked(lambda call=call: score_sample(*call))
             return
-        futures = [
-            self.pool.schedule(score_sample, args=call, timeout=self.config.timeout_s)
-            for call in calls
-        ]
+        try:
+            futures = self.pool.run(score_sample, calls)
+        except ScorerDied as error:
+            _, source, text, truth, _ = calls[error.index]
+            raise RuntimeError(
+                f"reward: a sample of data_source={source!r}, ground_truth={truth!r}, "
+                f"response={text[:200]!r} has no score: {error}. The step stops; the last "
+                "checkpoint stands"
+            ) from None
         for future in futures:
             yield self._checked(future.result)
 
@@ -154,5 +157,4 @@ class RewardManager:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
-            self.pool.join()
             self.pool = None

@@ -124,10 +124,18 @@ def _run_failures() -> tuple[type[BaseException], ...]:
     """What ends a run with a message instead of a traceback: the fault is named (role and
     rank, step, file) and the run can be resumed from its last checkpoint."""
     from ascent.controller import WorkerDied, WorkerError, WorkerTimeout
+    from ascent.rewards.manager import RewardFailure
     from ascent.trainer.checkpoints import CheckpointError
     from ascent.trainer.faults import NonFiniteUpdates
 
-    return (WorkerDied, WorkerError, WorkerTimeout, CheckpointError, NonFiniteUpdates)
+    return (
+        WorkerDied,
+        WorkerError,
+        WorkerTimeout,
+        CheckpointError,
+        NonFiniteUpdates,
+        RewardFailure,
+    )
 
 
 def _failed(command: str, error: BaseException, run_dir: str) -> int:

@@ -12,3 +12,7 @@ def has_digit(data_source, solution_str, ground_truth, extra_info):
 def always_wrong(data_source, solution_str, ground_truth, extra_info):
     """No group ever has signal."""
     return {"score": 0.0, "acc": 0.0}
+
+
+def always_raises(data_source, solution_str, ground_truth, extra_info):
+    raise ValueError("this scorer is broken")

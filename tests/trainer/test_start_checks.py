@@ -1,7 +1,8 @@
 """What a newcomer hit before the first step: a config that asks a local Ray for more than the
 machine has fails at once with the fields named (it waited minutes), a step larger than the
 dataset is refused, the SFT example's model and data can be made, and the suite's conftest
-does not need Ray."""
+does not need Ray. After it: a scorer that fails on every sample ends the run with a message,
+not a traceback."""
 
 import json
 import os
@@ -116,3 +117,20 @@ def _empty_yaml(tmp_path: Path) -> Path:
     path = tmp_path / "empty.yaml"
     path.write_text("{}\n")
     return path
+
+
+def test_a_scorer_that_fails_on_every_sample_ends_the_run_with_a_message(
+    tiny_model, prompts, tmp_path, capsys
+):
+    """Not a traceback: the CLI names the failure (exit 1), as for a dead worker."""
+    overrides = overrides_for(
+        tiny_model,
+        prompts,
+        tmp_path / "run",
+        "trainer.total_steps=1",
+        "reward.function=tests.trainer.scorers:always_raises",
+    )
+    assert main(["train", str(_empty_yaml(tmp_path)), *overrides]) == 1
+    err = capsys.readouterr().err
+    assert "ascent train: reward: the scorer failed on all 64 samples" in err
+    assert "this scorer is broken" in err

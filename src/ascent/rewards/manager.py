@@ -46,6 +46,11 @@ class RewardConfig(Strict):
     timeout_s: float = Field(10.0, gt=0, description="Time limit per sample.")
 
 
+class RewardFailure(RuntimeError):
+    """Scoring cannot go on: the scorer failed on every sample of a batch, or a sample's
+    scoring process died on every try. The step stops; its message names the sample."""
+
+
 class RewardManager:
     def __init__(self, config: RewardConfig, tokenizer: Any) -> None:
         self.config = config
@@ -89,7 +94,7 @@ class RewardManager:
             extras.append(extra)
         failed = [failure for _, _, failure in outcomes if failure is not None]
         if len(failed) == len(batch) > 1:  # a broken scorer, not a flaky one: stop the run
-            raise RuntimeError(
+            raise RewardFailure(
                 f"reward: the scorer failed on all {len(batch)} samples of the batch (first: "
                 f"{failed[0][1]}); fix reward.function or the data's ground truth"
             )
@@ -106,7 +111,7 @@ class RewardManager:
             futures = self.pool.run(score_sample, calls)
         except ScorerDied as error:
             _, source, text, truth, _ = calls[error.index]
-            raise RuntimeError(
+            raise RewardFailure(
                 f"reward: a sample of data_source={source!r}, ground_truth={truth!r}, "
                 f"response={text[:200]!r} has no score: {error}. The step stops; the last "
                 "checkpoint stands"

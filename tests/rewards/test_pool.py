@@ -35,10 +35,12 @@ def worker_pids():
     )
 
 
-def wait_until_started(pids, timeout_s=10.0):
-    """Until each worker ignores SIGTERM, as a started one does (a booting one cannot yet)."""
+def wait_until_started(pids, timeout_s=120.0):
+    """Until each worker ignores SIGTERM, as a started one does (a booting one cannot yet;
+    on a loaded machine a spawned worker may take many seconds to get there)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not all(map(ignores_sigterm, pids)):
+    while not all(map(ignores_sigterm, pids)):
+        assert time.monotonic() < deadline, f"workers {pids} did not start in {timeout_s} s"
         time.sleep(0.05)
 
 

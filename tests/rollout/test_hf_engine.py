@@ -1,6 +1,7 @@
 """The transformers reference engine: its log-probs against a forward pass over the generated
 sequences, and generation that holds one step's scores, not every step's."""
 
+import os
 import subprocess
 import sys
 
@@ -96,11 +97,17 @@ def test_generation_does_not_keep_every_steps_scores():
     a child process during generate (~30 MiB when only one step's are kept, ~3x the total when
     all are) must stay far below the total."""
     vocab, rows, steps = 32768, 32, 128
+    # glibc raises its mmap threshold after large frees, and then serves the next 4 MiB
+    # tensors from a heap that fragments and grows (by up to the total, run to run) without
+    # anything being kept; a fixed threshold returns freed tensors to the OS, so the resident
+    # set measures what is alive.
+    environment = os.environ | {"MALLOC_MMAP_THRESHOLD_": str(2**20)}
     done = subprocess.run(
         [sys.executable, "-c", PEAK_MEMORY, str(vocab), str(rows), str(steps)],
         capture_output=True,
         text=True,
         check=False,
+        env=environment,
     )
     assert done.returncode == 0, done.stderr
     before, peak = (int(n) for n in done.stdout.split()[-2:])

@@ -2,30 +2,14 @@
 transformers, generates the learned answers; a run resumes; one and two ranks agree."""
 
 import json
-import random
 
 import pytest
 import torch
+from examples.make_copy_data import copy_rows  # the task examples/sft_copy.yaml trains
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ascent.config import load_config
 from ascent.trainer.sft import SFTConfig, train_sft
-
-
-def copy_rows(count, seed):
-    r = random.Random(seed)
-    rows = []
-    for _ in range(count):
-        word = "".join(r.choice("abcdefgh") for _ in range(r.randint(3, 4)))
-        rows.append(
-            {
-                "messages": [
-                    {"role": "user", "content": f"repeat {word}"},
-                    {"role": "assistant", "content": word},
-                ]
-            }
-        )
-    return rows
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ def main(argv: list[str] | None = None) -> int:
     quickstart = commands.add_parser("quickstart", help="SFT then GRPO on a tiny model, on a CPU")
     quickstart.add_argument("--seed", type=int, default=0)
     quickstart.add_argument("--out", default="runs/quickstart", help="output directory")
-    quickstart.add_argument("--steps", type=int, default=300, help="GRPO steps")
+    quickstart.add_argument("--steps", type=int, default=400, help="GRPO steps")
     sft = commands.add_parser("sft", help="supervised fine-tuning")
     sft.add_argument("config", help="YAML config file")
     sft.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=3e-4")

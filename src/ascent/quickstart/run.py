@@ -19,7 +19,13 @@ ACCURACY = "val/arithmetic/acc"
 
 
 def rl_config(
-    model_dir: str, data: dict[str, str], out: Path, seed: int, steps: int, lr: float
+    model_dir: str,
+    data: dict[str, str],
+    out: Path,
+    seed: int,
+    steps: int,
+    lr: float,
+    overrides: tuple[str, ...] = (),
 ) -> RLConfig:
     return load_config(
         RLConfig,
@@ -36,8 +42,14 @@ def rl_config(
             "rollout.temperature=1.0",
             "algorithm.name=grpo",
             "algorithm.kl.mode=none",  # no reference model: the run is short and on a CPU
+            # Peak lr after a short warmup, then cosine decay to a tenth: the high early rate
+            # moves the policy fast, the low late one keeps it from drifting off what it
+            # learned (a constant rate left some seeds 20 points behind the others).
             f"actor.optim.lr={lr}",
             "actor.optim.warmup_steps=10",
+            "actor.optim.schedule=cosine",
+            f"actor.optim.total_steps={steps}",
+            "actor.optim.min_lr_ratio=0.1",
             "actor.optim.grad_clip=1.0",
             "reward.workers=0",  # the built-in scorer is trusted and fast: no process pool
             f"trainer.run_dir={out / 'rl'}",
@@ -48,12 +60,18 @@ def rl_config(
             "tracking.console_every=25",
             "tracking.console_keys=[critic/score/mean, actor/entropy, actor/grad_norm, val/, "
             "timing_s/step]",
+            *overrides,
         ],
     )
 
 
 def run_quickstart(
-    seed: int = 0, out_dir: str = "runs/quickstart", steps: int = 300, lr: float = 2e-4
+    seed: int = 0,
+    out_dir: str = "runs/quickstart",
+    steps: int = 400,
+    lr: float = 4e-4,
+    sft_target: float = 0.3,
+    overrides: tuple[str, ...] = (),
 ) -> int:
     """Runs everything; returns 0 when RL raised held-out accuracy by at least 30 points."""
     from transformers.utils import logging as transformers_logging
@@ -72,7 +90,7 @@ def run_quickstart(
         f"{len(held_out)} held-out problems"
     )
 
-    warm = warm_start(base, out / "sft", train, dev, seed=seed)
+    warm = warm_start(base, out / "sft", train, dev, seed=seed, target=sft_target)
     print(
         f"SFT warm start: {warm['steps']} steps, development accuracy "
         f"{warm['dev_accuracy']:.0%} ({warm['seconds']:.0f} s)"
@@ -85,7 +103,7 @@ def run_quickstart(
         "held_out": write_rl_rows(data_dir / "held_out.jsonl", held_out),
     }
     rl_began = time.perf_counter()
-    result = train_rl(rl_config(str(out / "sft"), data, out, seed, steps, lr))
+    result = train_rl(rl_config(str(out / "sft"), data, out, seed, steps, lr, overrides))
     rl_seconds = time.perf_counter() - rl_began
 
     history = result["validation"]

@@ -5,10 +5,14 @@ plain transformers loads. The command line reports bad configs without a traceba
 import json
 
 import pytest
+import torch
 from transformers import AutoModelForCausalLM
 
 from ascent.cli import main
+from ascent.models import build_tiny_model
 from ascent.quickstart import run_quickstart
+from ascent.quickstart.task import split_pairs
+from ascent.quickstart.warm_start import warm_start
 
 
 @pytest.mark.learning
@@ -28,6 +32,39 @@ def test_quickstart_raises_held_out_accuracy(tmp_path):
     assert list((tmp_path / "rl" / "tensorboard").rglob("events.out.tfevents.*"))
     model = AutoModelForCausalLM.from_pretrained(summary["model"])
     assert sum(p.numel() for p in model.parameters()) > 500_000
+
+
+def test_a_warm_start_on_a_plateau_starts_again_from_a_new_initialisation(tmp_path, capsys):
+    """An unreachable target: every attempt but the last stops at ``plateau_steps`` and the
+    next one trains a freshly initialised model; the last runs to ``max_steps``."""
+    made = []
+
+    def base_model(attempt: int) -> str:
+        made.append(attempt)
+        return str(build_tiny_model(tmp_path / f"base_{attempt}", seed=100 + attempt))
+
+    train, dev, _ = split_pairs(0)
+    result = warm_start(
+        base_model,
+        tmp_path / "sft",
+        train[:256],
+        dev[:20],
+        seed=0,
+        target=1.01,
+        plateau_steps=10,
+        attempts=3,
+        max_steps=20,
+        batch_size=8,
+    )
+    assert made == [0, 1, 2]
+    assert result["attempts"] == 3 and result["steps"] == 20
+    assert capsys.readouterr().out.count("starting again from a new initialisation") == 2
+    first = AutoModelForCausalLM.from_pretrained(tmp_path / "base_0")
+    last = AutoModelForCausalLM.from_pretrained(tmp_path / "base_2")
+    assert not all(
+        torch.equal(a, b) for a, b in zip(first.parameters(), last.parameters(), strict=True)
+    )
+    assert (tmp_path / "sft" / "config.json").exists()
 
 
 def test_cli_rejects_unknown_commands(capsys):

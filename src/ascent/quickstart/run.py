@@ -81,18 +81,30 @@ def run_quickstart(
     out = Path(out_dir)
     shutil.rmtree(out, ignore_errors=True)  # a fresh demo every time
     out.mkdir(parents=True)
-    base = str(
-        build_tiny_model(out / "base", hidden_size=128, layers=4, intermediate_size=512, seed=seed)
-    )
+
+    def base_model(attempt: int) -> str:
+        """A fresh ~1M-parameter model; attempt 0 is initialised from the run's seed."""
+        directory = out / ("base" if attempt == 0 else f"base_{attempt}")
+        return str(
+            build_tiny_model(
+                directory,
+                hidden_size=128,
+                layers=4,
+                intermediate_size=512,
+                seed=seed + 1000 * attempt,
+            )
+        )
+
     train, dev, held_out = split_pairs(seed)
     print(
         f"task: a+b, two-digit; {len(train)} training, {len(dev)} development, "
         f"{len(held_out)} held-out problems"
     )
 
-    warm = warm_start(base, out / "sft", train, dev, seed=seed, target=sft_target)
+    warm = warm_start(base_model, out / "sft", train, dev, seed=seed, target=sft_target)
+    restarted = f" (attempt {warm['attempts']})" if warm["attempts"] > 1 else ""
     print(
-        f"SFT warm start: {warm['steps']} steps, development accuracy "
+        f"SFT warm start: {warm['steps']} steps{restarted}, development accuracy "
         f"{warm['dev_accuracy']:.0%} ({warm['seconds']:.0f} s)"
     )
 

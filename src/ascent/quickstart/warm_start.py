@@ -1,10 +1,23 @@
 """A deliberately short SFT warm start: train until greedy accuracy on the development
 problems reaches ``target`` (about 30%), so RL starts from a policy that sometimes answers
 right and has much to gain. Uses the SFT worker and a colocated rollout worker, which reads
-the SFT weights in place to check progress."""
+the SFT weights in place to check progress.
+
+This tiny model sometimes sits on a plateau (5-10% accuracy for hundreds of steps) before it
+learns to carry, and an initialisation that does so also learned slowly under RL: seed 5
+needed 1,120 SFT steps, left the first answer token's entropy at 0.14 nats (0.49 for seed 0),
+and GRPO gained 24.6 points where seeds 0-7 otherwise gained 40 to 62. Its RL phase stayed
+near +25 with a higher temperature, an entropy bonus, 16 samples per prompt or 500 steps, and
+so did the same initialisation warm-started at twice the SFT learning rate (30% in 270 steps,
+then +23.8). So an attempt that has not reached the target after ``plateau_steps`` starts
+again from a freshly initialised model (at most ``attempts`` times; the last one runs to
+``max_steps``), and the log and the summary say so. Non-plateau seeds reach 30% in 210-420
+steps, well inside the default 600, so for them nothing changes.
+"""
 
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -37,20 +50,62 @@ def _prompt_ids(tokenizer: object, pair: Pair) -> list[int]:
 
 
 def warm_start(
-    model_dir: str,
+    base_model: Callable[[int], str],
     out_dir: Path,
     train: list[Pair],
     dev: list[Pair],
     *,
     seed: int,
     target: float = 0.3,
+    plateau_steps: int = 600,
+    attempts: int = 3,
+    max_steps: int = 2000,
+    batch_size: int = 64,
+    lr: float = 1e-3,
+) -> dict:
+    """``base_model(attempt)`` writes a freshly initialised model and returns its directory
+    (attempt 0 is the run's own seed). Returns the last attempt's steps and development
+    accuracy, the attempts made and the seconds in all; writes the model to ``out_dir``."""
+    began = time.perf_counter()
+    for attempt in range(attempts):
+        last = attempt == attempts - 1
+        result = _train_until(
+            base_model(attempt),
+            out_dir,
+            train,
+            dev,
+            seed=seed + 1000 * attempt,
+            target=target,
+            max_steps=max_steps if last else plateau_steps,
+            batch_size=batch_size,
+            lr=lr,
+        )
+        if result["dev_accuracy"] >= target or last:
+            break
+        print(
+            f"  SFT: development accuracy {result['dev_accuracy']:.0%} after {plateau_steps} "
+            f"steps (a plateau this small model sometimes sits on, and leaves over-confident); "
+            f"starting again from a new initialisation",
+            flush=True,
+        )
+    return {**result, "attempts": attempt + 1, "seconds": time.perf_counter() - began}
+
+
+def _train_until(
+    model_dir: str,
+    out_dir: Path,
+    train: list[Pair],
+    dev: list[Pair],
+    *,
+    seed: int,
+    target: float,
+    max_steps: int,
     batch_size: int = 64,
     lr: float = 1e-3,
     check_every: int = 10,
-    max_steps: int = 2000,
 ) -> dict:
-    """Returns steps, seconds and the development accuracy reached; writes the model."""
-    began = time.perf_counter()
+    """SFT until the development accuracy reaches ``target`` or ``max_steps``; exports the
+    model to ``out_dir`` either way. Returns steps and the development accuracy reached."""
     tokenizer = load_tokenizer(model_dir)
     examples = [plain_example(tokenizer, question(p), answer(p)) for p in train]
     sft_config = SFTWorkerConfig(model={"path": model_dir}, optim={"lr": lr, "warmup_steps": 20})
@@ -86,4 +141,4 @@ def warm_start(
         sft.export(str(out_dir))
     finally:
         sft.shutdown()
-    return {"steps": step, "dev_accuracy": accuracy, "seconds": time.perf_counter() - began}
+    return {"steps": step, "dev_accuracy": accuracy}

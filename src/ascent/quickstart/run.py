@@ -11,7 +11,7 @@ from ascent.config import load_config
 from ascent.models import build_tiny_model
 from ascent.quickstart.plot import plot_run
 from ascent.quickstart.task import split_pairs, write_rl_rows
-from ascent.quickstart.warm_start import warm_start
+from ascent.quickstart.warm_start import attempt_seed, warm_start
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.loop import train_rl
 
@@ -91,7 +91,7 @@ def run_quickstart(
                 hidden_size=128,
                 layers=4,
                 intermediate_size=512,
-                seed=seed + 1000 * attempt,
+                seed=attempt_seed(seed, attempt),
             )
         )
 

@@ -49,6 +49,11 @@ def _prompt_ids(tokenizer: object, pair: Pair) -> list[int]:
     return tokenizer(question(pair), add_special_tokens=False)["input_ids"]
 
 
+def attempt_seed(seed: int, attempt: int) -> int:
+    """The seed of a warm start's ``attempt``-th model and data order; attempt 0 is ``seed``."""
+    return seed + 1000 * attempt
+
+
 def warm_start(
     base_model: Callable[[int], str],
     out_dir: Path,
@@ -74,7 +79,7 @@ def warm_start(
             out_dir,
             train,
             dev,
-            seed=seed + 1000 * attempt,
+            seed=attempt_seed(seed, attempt),
             target=target,
             max_steps=max_steps if last else plateau_steps,
             batch_size=batch_size,

@@ -1,36 +1,26 @@
-"""The native rollout engine: continuous batching over a slotted KV cache.
+"""The native rollout engine: continuous batching over a slotted KV cache, request by request.
 
-Loop: admit waiting samples into free cache slots (prefilling each prompt once, however many
-samples it has, and copying its keys and values into each sample's slot); then one decode
-step for every running sequence at once, batched sampling on the device, stop checks; a
-sequence that finishes frees its slot for the next waiting sample at once, so long responses
-never hold a whole batch back. Scheduling is deterministic: with a seed, the same prompts and
-settings give the same samples.
+Requests (``add_request``) join a running batch (``Scheduler``) whenever they arrive; each
+``step`` admits what waits and decodes one token for every running sequence; a sequence that
+finishes frees its slot at once, so long responses never hold a batch back. ``generate`` is
+the synchronous batch call on top (the RL worker's); ``AsyncEngine`` runs the step loop on a
+thread for many concurrent callers (``ascent serve``). Scheduling is deterministic: with a
+seed, the same prompts and settings from one caller give the same samples.
+
+Weights may be replaced between two steps while requests are in flight: every token records
+the weight version that produced it.
 """
 
-import math
-from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from ascent.rollout.decoder import DecoderRunner
 from ascent.rollout.kv_cache import SlotCache
-from ascent.rollout.sampling import sample
+from ascent.rollout.requests import EngineRequest
+from ascent.rollout.scheduler import Scheduler
 from ascent.rollout.types import Sample, SamplingParams
-
-
-@dataclass
-class _Prefix:
-    """A prefilled prompt waiting for its samples to get slots."""
-
-    keys: Tensor  # (layers, kv_heads, length, head_dim)
-    values: Tensor
-    logits: Tensor  # (V,) of the prompt's last token
-    length: int
-    remaining: int
 
 
 class NativeEngine:
@@ -73,6 +63,9 @@ class NativeEngine:
         self.weight_version = 0
         self.use_cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs = None
+        self.generator = torch.Generator(device=self.device)  # for requests without a seed
+        self.generator.seed()
+        self.scheduler = Scheduler(self)
 
     # -- memory and weights -------------------------------------------------------------
 
@@ -122,18 +115,45 @@ class NativeEngine:
 
     # -- generation ---------------------------------------------------------------------
 
+    def check_request(self, prompt: list[int], sampling: SamplingParams, where: str) -> None:
+        """Raise ValueError naming ``where`` for a request the engine cannot serve."""
+        if not 0 < len(prompt) < self.max_model_len:
+            raise ValueError(
+                f"{where} has {len(prompt)} tokens; it needs 1 to "
+                f"{self.max_model_len - 1} (max_model_len)"
+            )
+        if sampling.stop and self.tokenizer is None:
+            raise ValueError("stop strings need the engine to have a tokenizer")
+
+    def add_request(self, request: EngineRequest) -> None:
+        """Queue a request; it joins the running batch at the next ``step``."""
+        self.check_request(request.prompt, request.params, f"prompt {request.index}")
+        self.cache.wake()
+        self.scheduler.add(request)
+
+    def step(self) -> None:
+        """Admit waiting requests into free slots, then decode one token for every sequence."""
+        self.scheduler.step()
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def abort(self, request: EngineRequest) -> None:
+        self.scheduler.abort(request)
+
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
         """``sampling.n`` samples for every prompt (token ids), ordered by prompt then sample."""
         for index, prompt in enumerate(prompts):
-            if not 0 < len(prompt) < self.max_model_len:
-                raise ValueError(
-                    f"prompt {index} has {len(prompt)} tokens; it needs 1 to "
-                    f"{self.max_model_len - 1} (max_model_len)"
-                )
-        if sampling.stop and self.tokenizer is None:
-            raise ValueError("stop strings need the engine to have a tokenizer")
-        self.cache.wake()
-        return _Generation(self, prompts, sampling).run()
+            self.check_request(prompt, sampling, f"prompt {index}")
+        generator = None
+        if sampling.temperature > 0 and sampling.seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        done: list[Sample] = []
+        for index, prompt in enumerate(prompts):
+            self.add_request(EngineRequest(prompt, sampling, done.append, None, generator, index))
+        while len(done) < len(prompts) * sampling.n:
+            self.step()
+        return sorted(done, key=lambda s: (s.prompt_index, s.sample_index))
 
 
 class WeightUpdate:
@@ -165,148 +185,3 @@ class WeightUpdate:
             raise ValueError(f"weights missing for {len(missing)} parameters, e.g. {missing[:3]}")
         self.engine.weight_version += 1
         return self.engine.weight_version
-
-
-class _Generation:
-    """The state of one ``generate`` call."""
-
-    def __init__(
-        self, engine: NativeEngine, prompts: list[list[int]], sampling: SamplingParams
-    ) -> None:
-        self.engine, self.prompts, self.params = engine, prompts, sampling
-        device, slots = engine.device, engine.cache.slots
-        self.generator = None
-        if sampling.temperature > 0:
-            self.generator = torch.Generator(device=device)
-            if sampling.seed is None:
-                self.generator.seed()
-            else:
-                self.generator.manual_seed(sampling.seed)
-        self.stop_ids = torch.tensor(sampling.stop_token_ids, dtype=torch.long, device=device)
-        width = sampling.max_new_tokens
-        self.tokens = torch.zeros(slots, width, dtype=torch.long, device=device)
-        self.log_probs = torch.zeros(slots, width, dtype=torch.float32, device=device)
-        self.last = torch.zeros(slots, dtype=torch.long, device=device)
-        self.position = torch.zeros(slots, dtype=torch.long, device=device)  # next cache write
-        self.length = torch.zeros(slots, dtype=torch.long, device=device)  # tokens generated
-        self.prompt_length = torch.zeros(slots, dtype=torch.long, device=device)
-        self.owner: list[tuple[int, int]] = []  # per running slot: prompt index, sample index
-        self.pending = deque(range(len(prompts)))
-        self.waiting: deque[tuple[int, int]] = deque()
-        self.prefixes: dict[int, _Prefix] = {}
-        self.done: list[Sample] = []
-
-    def run(self) -> list[Sample]:
-        while self.pending or self.waiting or self.owner:
-            self._admit()
-            if self.owner:
-                self._step()
-        return sorted(self.done, key=lambda s: (s.prompt_index, s.sample_index))
-
-    # admission: prefill prompts once, copy their keys/values into each sample's slot
-
-    def _admit(self) -> None:
-        cache, first = self.engine.cache, len(self.owner)
-        logits = []
-        while len(self.owner) < cache.slots and (self.waiting or self.pending):
-            if not self.waiting:
-                self._prefill(math.ceil((cache.slots - len(self.owner)) / self.params.n))
-            prompt, sample_index = self.waiting.popleft()
-            prefix = self.prefixes[prompt]
-            slot = len(self.owner)
-            cache.write_prefix(slot, prefix.keys, prefix.values)
-            self.prompt_length[slot] = prefix.length
-            self.length[slot] = 0  # the slot may still hold a retired sequence's count
-            self.owner.append((prompt, sample_index))
-            logits.append(prefix.logits)
-            prefix.remaining -= 1
-            if prefix.remaining == 0:
-                del self.prefixes[prompt]
-        if logits:  # every admitted sample draws its first token from its prompt's logits
-            rows = torch.arange(first, len(self.owner), device=self.engine.device)
-            self._record(rows, torch.stack(logits))
-
-    def _prefill(self, count: int) -> None:
-        """Prefill up to ``count`` pending prompts (within the prefill token budget)."""
-        chosen, tokens = [], 0
-        while self.pending and len(chosen) < max(count, 1):
-            length = len(self.prompts[self.pending[0]])
-            if chosen and tokens + length > self.engine.max_prefill_tokens:
-                break
-            chosen.append(self.pending.popleft())
-            tokens += length
-        device = self.engine.device
-        lengths = torch.tensor([len(self.prompts[p]) for p in chosen], device=device)
-        ids = torch.zeros(len(chosen), int(lengths.max()), dtype=torch.long, device=device)
-        for row, prompt in enumerate(chosen):
-            ids[row, : lengths[row]] = torch.tensor(self.prompts[prompt], device=device)
-        logits, keys, values = self.engine.runner.prefill(ids, lengths)
-        for row, prompt in enumerate(chosen):
-            length = int(lengths[row])
-            keys_row, values_row = keys[:, row, :, :length], values[:, row, :, :length]
-            self.prefixes[prompt] = _Prefix(
-                keys_row, values_row, logits[row], length, self.params.n
-            )
-            self.waiting.extend((prompt, s) for s in range(self.params.n))
-
-    # decoding
-
-    def _step(self) -> None:
-        running = len(self.owner)
-        logits = self.engine.decode(self.last[:running], self.position[:running])
-        self._record(torch.arange(running, device=self.engine.device), logits)
-
-    def _record(self, rows: Tensor, logits: Tensor) -> None:
-        """Sample a token for ``rows`` from ``logits``, store it, retire finished rows."""
-        tokens, log_probs = sample(logits, self.params, self.generator)
-        self.tokens[rows, self.length[rows]] = tokens
-        self.log_probs[rows, self.length[rows]] = log_probs
-        first = self.length[rows] == 0
-        prompt_lengths = self.prompt_length[rows]
-        self.position[rows] = torch.where(first, prompt_lengths, self.position[rows] + 1)
-        self.length[rows] += 1
-        self.last[rows] = tokens
-        stopped = torch.isin(tokens, self.stop_ids)
-        full = (self.length[rows] >= self.params.max_new_tokens) | (
-            prompt_lengths + self.length[rows] >= self.engine.max_model_len
-        )
-        finished = stopped | full
-        reasons = {int(r): "stop" for r in rows[stopped].tolist()}
-        if self.params.stop:
-            for r in rows[~finished].tolist():
-                if self._hits_stop_string(r):
-                    reasons[r] = "stop"
-            finished = finished | torch.tensor(
-                [int(r) in reasons for r in rows.tolist()], device=rows.device
-            )
-        for slot in sorted(rows[finished].tolist(), reverse=True):
-            self._retire(slot, reasons.get(slot, "length"))
-
-    def _hits_stop_string(self, slot: int) -> bool:
-        count = int(self.length[slot])
-        tail = max(len(s) for s in self.params.stop) + 8  # tokens are at least one character
-        ids = self.tokens[slot, max(0, count - tail) : count].tolist()
-        text = self.engine.tokenizer.decode(ids)
-        return any(stop in text for stop in self.params.stop)
-
-    def _retire(self, slot: int, reason: str) -> None:
-        prompt, sample_index = self.owner[slot]
-        count = int(self.length[slot])
-        self.done.append(
-            Sample(
-                prompt_index=prompt,
-                sample_index=sample_index,
-                token_ids=self.tokens[slot, :count].tolist(),
-                log_probs=self.log_probs[slot, :count].tolist() if self.params.logprobs else None,
-                finish_reason=reason,
-                weight_version=self.engine.weight_version,
-            )
-        )
-        last = len(self.owner) - 1
-        if slot != last:  # keep running sequences in slots [0, B): move the last one here
-            self.engine.cache.move(last, slot, int(self.position[last]))
-            buffers = (self.tokens, self.log_probs, self.last, self.position, self.length)
-            for buffer in (*buffers, self.prompt_length):
-                buffer[slot] = buffer[last]
-            self.owner[slot] = self.owner[last]
-        self.owner.pop()

@@ -32,7 +32,7 @@ class SamplingParams(Strict):
     logprobs: bool = Field(True, description="Return each sampled token's log-prob.")
 
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "abort"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,13 @@ class Sample:
     """One response. ``log_probs[t]`` is log p(token_ids[t]) under the distribution it was
     sampled from: softmax(logits / T) restricted to the top-k / top-p set and renormalised
     (with top_k = 0 and top_p = 1, exactly the trainer's log_softmax(logits / T)); for
-    greedy decoding (T = 0), log_softmax(logits)."""
+    greedy decoding (T = 0), log_softmax(logits).
+
+    ``weight_versions[t]`` is the engine's weight version when token t was sampled: weights
+    may change while a response is in flight (a refresh in keep mode), and this says which
+    tokens each version produced. ``weight_version`` is the version of the last token.
+    ``finish_reason`` "abort" marks a response cut short by ``abort`` or ``pause(mode="abort")``.
+    """
 
     prompt_index: int
     sample_index: int
@@ -48,6 +54,7 @@ class Sample:
     log_probs: list[float] | None
     finish_reason: FinishReason
     weight_version: int
+    weight_versions: list[int] | None = None
 
 
 def response_lengths(batch: Batch) -> Tensor:

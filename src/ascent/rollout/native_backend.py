@@ -1,0 +1,285 @@
+"""The native engine as a rollout backend: many concurrent callers, one step loop.
+
+The engine runs on one thread of its own (started at the first async call). Callers, from any
+event loop or thread, hand it commands: add a request, abort one, pause, load weights. The
+thread runs every waiting command between two decode steps, so a request joins the running
+batch at the next step, and weights change between steps while responses are in flight (each
+token records its weight version). With no work, or paused, the thread sleeps on its queue.
+
+``generate_batch`` (the RL worker's call) runs on the caller's thread when the step thread
+was never started: an RL run with the in-process backend stays single-threaded, and a
+debugger steps straight into the engine.
+"""
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+
+import torch
+from torch import Tensor
+
+from ascent.rollout.engine import NativeEngine
+from ascent.rollout.protocol import Capability, PauseMode, RolloutBackend, TokenOut
+from ascent.rollout.requests import EngineRequest
+from ascent.rollout.types import Sample, SamplingParams
+
+
+class NativeBackend(RolloutBackend):
+    name = "native engine"
+    capabilities = frozenset(
+        {
+            Capability.PAUSE,
+            Capability.UPDATE_WEIGHTS_IN_PLACE,
+            Capability.UPDATE_WEIGHTS_FROM_DISK,
+            Capability.WEIGHT_VERSION,
+            Capability.TOKEN_WEIGHT_VERSIONS,
+            Capability.SLEEP,
+            Capability.HEALTH,
+        }
+    )
+
+    def __init__(self, engine: NativeEngine, tokenizer: object | None = None) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer or engine.tokenizer
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._live: set[EngineRequest] = set()  # added, not finished
+        self._held: list[EngineRequest] = []  # arrived while paused or draining
+        self._paused = False
+        self._draining: list[Future] = []  # pause(wait) calls waiting for the batch to empty
+        self._closed = False
+        self.error: BaseException | None = None
+
+    # -- the step thread ------------------------------------------------------------------
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the native backend is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="ascent-engine", daemon=True
+                )
+                self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            idle = self._paused or not self.engine.has_work()
+            try:
+                command = self._commands.get(block=idle)
+            except queue.Empty:
+                command = None
+            while command is not None:
+                if command is _STOP:
+                    return
+                command()
+                try:
+                    command = self._commands.get_nowait()
+                except queue.Empty:
+                    command = None
+            if self._paused or not self.engine.has_work():
+                continue
+            try:
+                self.engine.step()
+            except Exception as error:  # the batch is lost; its callers hear why, the loop lives
+                self._fail_all(error)
+            if self._draining and not self.engine.has_work():
+                self._paused = True
+                for future in self._draining:
+                    future.set_result(None)
+                self._draining.clear()
+
+    def _fail_all(self, error: Exception) -> None:
+        self.error = error
+        for request in list(self._live):
+            request.error = error
+            self.engine.abort(request)  # frees its slots; on_sample below reports the error
+        self.engine.scheduler.__init__(self.engine)  # a clean batch for the next requests
+
+    def _call(self, function: Callable[[], object]) -> Future:
+        """Run ``function`` on the step thread between two steps; a future of its result."""
+        self._start()
+        future: Future = Future()
+
+        def command() -> None:
+            try:
+                future.set_result(function())
+            except Exception as error:
+                future.set_exception(error)
+
+        self._commands.put(command)
+        return future
+
+    # -- data plane ---------------------------------------------------------------------------
+
+    async def generate_n(
+        self, prompt_ids: list[int], sampling: SamplingParams, session_id: str | None = None
+    ) -> list[TokenOut]:
+        self.engine.check_request(prompt_ids, sampling, "the prompt")
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
+        samples: list[Sample] = []
+        generator = None
+        if sampling.seed is not None and sampling.temperature > 0:
+            generator = torch.Generator(device=self.engine.device).manual_seed(sampling.seed)
+
+        def on_sample(sample: Sample) -> None:  # on the step thread
+            samples.append(sample)
+            if len(samples) == sampling.n:
+                self._live.discard(request)
+                loop.call_soon_threadsafe(_settle, done, samples, request.error)
+
+        request = EngineRequest(list(prompt_ids), sampling, on_sample, generator=generator)
+        self._call(lambda: self._add(request))
+        try:
+            finished = await done
+        except asyncio.CancelledError:  # the caller gave up (timeout, disconnect): free slots
+            self._call(lambda: self._abort(request))
+            raise
+        return [TokenOut.of(s) for s in sorted(finished, key=lambda s: s.sample_index)]
+
+    async def stream(
+        self, prompt_ids: list[int], sampling: SamplingParams
+    ) -> "asyncio.Queue[tuple[int, float, int] | TokenOut]":
+        """One response token by token: a queue of (token, log-prob, weight version) items,
+        then the finished ``TokenOut``."""
+        if sampling.n != 1:
+            raise ValueError("stream returns one response; use n=1")
+        self.engine.check_request(prompt_ids, sampling, "the prompt")
+        loop = asyncio.get_running_loop()
+        tokens: asyncio.Queue = asyncio.Queue()
+
+        def on_token(_: int, token: int, log_prob: float, version: int) -> None:
+            loop.call_soon_threadsafe(tokens.put_nowait, (token, log_prob, version))
+
+        def on_sample(sample: Sample) -> None:
+            self._live.discard(request)
+            loop.call_soon_threadsafe(tokens.put_nowait, TokenOut.of(sample))
+
+        generator = None
+        if sampling.seed is not None and sampling.temperature > 0:
+            generator = torch.Generator(device=self.engine.device).manual_seed(sampling.seed)
+        request = EngineRequest(list(prompt_ids), sampling, on_sample, on_token, generator)
+        tokens.request = request  # for abort on disconnect
+        self._call(lambda: self._add(request))
+        return tokens
+
+    def abort_stream(self, tokens: asyncio.Queue) -> None:
+        self._call(lambda: self._abort(tokens.request))
+
+    def _add(self, request: EngineRequest) -> None:
+        self._live.add(request)
+        if self._paused or self._draining:
+            self._held.append(request)
+        else:
+            self.engine.add_request(request)
+
+    def _abort(self, request: EngineRequest) -> None:
+        if request in self._held:
+            self._held.remove(request)
+            self.engine.scheduler.add(request)
+        self.engine.abort(request)
+
+    def generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
+        if self._thread is None:
+            return self.engine.generate(prompts, sampling)
+        return self._call(lambda: self._batch(prompts, sampling)).result()
+
+    def _batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
+        if self._paused:
+            raise RuntimeError("the native engine is paused; resume it before generate_batch")
+        return self.engine.generate(prompts, sampling)  # other callers' requests step along
+
+    # -- control plane --------------------------------------------------------------------------
+
+    async def pause(self, mode: PauseMode = "abort") -> None:
+        if mode not in ("abort", "wait", "keep"):
+            raise ValueError(f"pause mode must be abort, wait or keep, not {mode!r}")
+        if mode == "wait":
+            drained: Future = Future()
+
+            def start_draining() -> None:
+                if self.engine.has_work():
+                    self._draining.append(drained)
+                else:
+                    self._paused = True
+                    drained.set_result(None)
+
+            self._call(start_draining)
+            await asyncio.wrap_future(drained)
+            return
+
+        def pause_now() -> None:
+            self._paused = True
+            if mode == "abort":
+                for request in list(self._live):
+                    self._abort(request)
+
+        await asyncio.wrap_future(self._call(pause_now))
+
+    async def resume(self) -> None:
+        def resume_now() -> None:
+            self._paused = False
+            for request in self._held:
+                self.engine.add_request(request)
+            self._held.clear()
+
+        await asyncio.wrap_future(self._call(resume_now))
+
+    async def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> int:
+        """Copy new weights in between two decode steps (keep mode: in-flight responses go
+        on with them); returns the new weight version."""
+        tensors = list(named_tensors)
+        return await asyncio.wrap_future(self._call(lambda: self.engine.load_weights(tensors)))
+
+    async def update_weights_from_disk(self, path: str) -> int:
+        from ascent.rollout.weight_files import read_weights
+
+        return await self.update_weights(read_weights(path))
+
+    async def weight_version(self) -> int:
+        return self.engine.weight_version
+
+    async def sleep(self) -> None:
+        await asyncio.wrap_future(self._call(self._sleep))
+
+    def _sleep(self) -> None:
+        if self.engine.has_work():
+            raise RuntimeError("sleep with requests in flight: pause(mode='abort' or 'wait') first")
+        self.engine.sleep()
+
+    async def wake(self) -> None:
+        await asyncio.wrap_future(self._call(self.engine.wake))
+
+    async def health(self) -> dict:
+        return {
+            "status": "ok" if self.error is None else "degraded",
+            "last_error": None if self.error is None else repr(self.error),
+            "running": self.engine.scheduler.running,
+            "paused": self._paused,
+            "weight_version": self.engine.weight_version,
+        }
+
+    async def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._commands.put(_STOP)
+            await asyncio.to_thread(thread.join)
+
+
+def _STOP() -> None:  # a sentinel command: the step thread returns when it reads it
+    pass
+
+
+def _settle(future: asyncio.Future, samples: list[Sample], error: BaseException | None) -> None:
+    if future.done():  # the caller was cancelled meanwhile
+        return
+    if error is not None:
+        future.set_exception(RuntimeError(f"the native engine failed mid-batch: {error!r}"))
+    else:
+        future.set_result(samples)

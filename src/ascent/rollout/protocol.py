@@ -1,0 +1,202 @@
+"""The rollout protocol: what every generation backend offers, in-process or over HTTP.
+
+Data plane (every backend): ``generate`` one response token-in/token-out with log-probs,
+``generate_n`` for the n samples of one prompt (prefilled once where the backend can),
+``chat`` (messages in, the assistant message and its exact token trace out), and the
+synchronous ``generate_batch`` that the RL worker calls. All awaitables accept many callers
+at once.
+
+Control plane: each operation is a ``Capability`` that a backend declares; calling one it
+lacks raises ``CapabilityError`` naming the backend and the capability. Pause modes follow
+vLLM's: "abort" ends in-flight requests now (their partial responses return with finish
+reason "abort"), "wait" stops admitting and lets in-flight requests finish, "keep" freezes
+them where they are until ``resume``.
+"""
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+from torch import Tensor
+
+from ascent.rollout.tool_calls import parse_tool_calls
+from ascent.rollout.types import Sample, SamplingParams
+
+PauseMode = Literal["abort", "wait", "keep"]
+
+
+class Capability(StrEnum):
+    PAUSE = "pause"  # pause(mode) / resume()
+    UPDATE_WEIGHTS_IN_PLACE = "update_weights_in_place"  # named tensors in this process
+    UPDATE_WEIGHTS_FROM_DISK = "update_weights_from_disk"  # a safetensors directory
+    WEIGHT_VERSION = "weight_version"
+    TOKEN_WEIGHT_VERSIONS = "token_weight_versions"  # versions may change mid-response
+    SLEEP = "sleep"  # release generation memory / take it back
+    HEALTH = "health"
+
+
+class CapabilityError(RuntimeError):
+    """A control-plane call the backend does not support."""
+
+
+@dataclass(frozen=True)
+class TokenOut:
+    """One response. ``log_probs[t]`` is log p(token_ids[t]) under the distribution it was
+    sampled from (see ``Sample``); ``weight_versions[t]`` the weights that produced it."""
+
+    token_ids: list[int]
+    log_probs: list[float]
+    finish_reason: str
+    weight_versions: list[int] = field(default_factory=list)
+
+    @property
+    def weight_version(self) -> int | None:
+        return self.weight_versions[-1] if self.weight_versions else None
+
+    @classmethod
+    def of(cls, sample: Sample) -> "TokenOut":
+        versions = sample.weight_versions
+        if versions is None:
+            versions = [sample.weight_version] * len(sample.token_ids)
+        return cls(sample.token_ids, sample.log_probs or [], sample.finish_reason, versions)
+
+
+@dataclass(frozen=True)
+class ChatOut:
+    """The assistant's reply: ``message`` as an OpenAI chat message (``content``, and
+    ``tool_calls`` when it called tools), the rendered ``prompt_ids`` and the response's
+    tokens (``output``): the exact trace the message came from, for training."""
+
+    message: dict
+    prompt_ids: list[int]
+    output: TokenOut
+
+
+class RolloutBackend:
+    """Shared behaviour; a backend implements ``generate_n`` and the capabilities it lists.
+
+    name: how errors refer to it. tokenizer: needed by ``chat`` (renders the chat template,
+    decodes the reply).
+    """
+
+    name = "rollout backend"
+    capabilities: frozenset[Capability] = frozenset()
+    tokenizer: object | None = None
+
+    # -- data plane -------------------------------------------------------------------------
+
+    async def generate_n(
+        self, prompt_ids: list[int], sampling: SamplingParams, session_id: str | None = None
+    ) -> list[TokenOut]:
+        raise NotImplementedError
+
+    async def generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, session_id: str | None = None
+    ) -> TokenOut:
+        """One response to ``prompt_ids``. ``session_id`` keeps the turns of one conversation
+        on one server (its prefix cache); backends with a single engine ignore it."""
+        if sampling.n != 1:
+            raise ValueError(
+                f"generate returns one response; sampling.n={sampling.n}: use generate_n"
+            )
+        return (await self.generate_n(prompt_ids, sampling, session_id))[0]
+
+    async def chat(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        sampling: SamplingParams | None = None,
+        session_id: str | None = None,
+    ) -> ChatOut:
+        """Render ``messages`` (and ``tools``) with the model's chat template, generate, and
+        parse the reply's tool calls (Hermes ``<tool_call>`` JSON blocks)."""
+        if self.tokenizer is None:
+            raise ValueError(f"{self.name}: chat needs a tokenizer")
+        prompt_ids = render_chat(self.tokenizer, messages, tools)
+        out = await self.generate(prompt_ids, sampling or SamplingParams(), session_id)
+        text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+        content, calls = parse_tool_calls(text) if tools else (text, [])
+        message = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        return ChatOut(message, prompt_ids, out)
+
+    def generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
+        """``sampling.n`` samples of every prompt, ordered by prompt then sample (the RL
+        worker's call). With a seed, prompt i samples with seed + i, so prompts do not share
+        random draws."""
+        return asyncio.run(self._gather(prompts, sampling))
+
+    async def _gather(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
+        def params(index: int) -> SamplingParams:
+            if sampling.seed is None:
+                return sampling
+            return sampling.model_copy(update={"seed": sampling.seed + index})
+
+        groups = await asyncio.gather(
+            *(self.generate_n(p, params(i)) for i, p in enumerate(prompts))
+        )
+        return [
+            Sample(
+                i,
+                s,
+                o.token_ids,
+                o.log_probs,
+                o.finish_reason,
+                o.weight_version or 0,
+                o.weight_versions,
+            )
+            for i, outs in enumerate(groups)
+            for s, o in enumerate(outs)
+        ]
+
+    # -- control plane ----------------------------------------------------------------------
+
+    def _require(self, capability: Capability) -> None:
+        if capability not in self.capabilities:
+            have = ", ".join(sorted(self.capabilities)) or "none"
+            raise CapabilityError(
+                f"the {self.name} cannot {capability.value.replace('_', ' ')} "
+                f"(its capabilities: {have})"
+            )
+
+    async def pause(self, mode: PauseMode = "abort") -> None:
+        self._require(Capability.PAUSE)
+
+    async def resume(self) -> None:
+        self._require(Capability.PAUSE)
+
+    async def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> int:
+        self._require(Capability.UPDATE_WEIGHTS_IN_PLACE)
+        raise NotImplementedError
+
+    async def update_weights_from_disk(self, path: str) -> int:
+        self._require(Capability.UPDATE_WEIGHTS_FROM_DISK)
+        raise NotImplementedError
+
+    async def weight_version(self) -> int:
+        self._require(Capability.WEIGHT_VERSION)
+        raise NotImplementedError
+
+    async def sleep(self) -> None:
+        self._require(Capability.SLEEP)
+
+    async def wake(self) -> None:
+        self._require(Capability.SLEEP)
+
+    async def health(self) -> dict:
+        self._require(Capability.HEALTH)
+        return {}
+
+    async def close(self) -> None:
+        """Release what the backend started (threads, servers, connections)."""
+
+
+def render_chat(tokenizer: object, messages: list[dict], tools: list[dict] | None) -> list[int]:
+    """The chat template's token ids for ``messages`` with the assistant prompt appended."""
+    ids = tokenizer.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    return list(ids)

@@ -1,0 +1,254 @@
+"""The native engine's running batch: requests from any number of callers share it.
+
+``step`` = admit, then one decode step. Admission moves waiting samples into free cache slots:
+each prompt is prefilled once, however many samples it has, and its keys and values copied
+into each sample's slot; every admitted sample draws its first token from the prompt's logits.
+A decode step advances every running sequence by one token. A sequence that finishes frees its
+slot at once (the last running sequence moves into it, so running sequences always occupy
+slots [0, B)), and the next step admits whatever arrived in the meantime: requests join a
+batch already in flight, from whichever caller sent them.
+
+Per-slot buffers are ``max_model_len`` wide (a response never outgrows its slot): token ids
+(int64), log-probs (float32) and the weight version of each token (int32).
+"""
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from ascent.rollout.requests import EngineRequest
+from ascent.rollout.sampling import sample
+from ascent.rollout.types import Sample
+
+if TYPE_CHECKING:
+    from ascent.rollout.engine import NativeEngine
+
+
+@dataclass
+class _Prefix:
+    """A prefilled prompt waiting for its samples to get slots."""
+
+    keys: Tensor  # (layers, kv_heads, length, head_dim)
+    values: Tensor
+    logits: Tensor  # (V,) of the prompt's last token
+    remaining: int
+
+
+class Scheduler:
+    def __init__(self, engine: "NativeEngine") -> None:
+        self.engine = engine
+        slots, width, device = engine.cache.slots, engine.max_model_len, engine.device
+        self.tokens = torch.zeros(slots, width, dtype=torch.long, device=device)
+        self.log_probs = torch.zeros(slots, width, dtype=torch.float32, device=device)
+        self.versions = torch.zeros(slots, width, dtype=torch.int32, device=device)
+        self.last = torch.zeros(slots, dtype=torch.long, device=device)
+        self.position = torch.zeros(slots, dtype=torch.long, device=device)  # next cache write
+        self.length = torch.zeros(slots, dtype=torch.long, device=device)  # tokens generated
+        self.limit = torch.zeros(slots, dtype=torch.long, device=device)  # length at which it ends
+        self.prompt_length = torch.zeros(slots, dtype=torch.long, device=device)
+        self.stop_table = torch.full((slots, 1), -1, dtype=torch.long, device=device)
+        self.rows: list[tuple[EngineRequest, int]] = []  # per running slot: request, sample index
+        self.pending: deque[EngineRequest] = deque()  # not prefilled yet
+        self.waiting: deque[tuple[EngineRequest, int]] = deque()  # prefilled, no slot yet
+        self.prefixes: dict[int, _Prefix] = {}  # id(request) -> its prefill
+
+    # -- requests -----------------------------------------------------------------------
+
+    def add(self, request: EngineRequest) -> None:
+        self.pending.append(request)
+
+    def has_work(self) -> bool:
+        return bool(self.pending or self.waiting or self.rows)
+
+    @property
+    def running(self) -> int:
+        return len(self.rows)
+
+    def abort(self, request: EngineRequest) -> None:
+        """Finish every sample of ``request`` now (finish_reason "abort", the tokens so far);
+        samples not started yet finish empty."""
+        request.aborted = True
+        if request in self.pending:
+            self.pending.remove(request)
+            for sample_index in range(request.params.n):
+                request.on_sample(self._sample_of(request, sample_index, [], [], [], "abort"))
+            return
+        for slot in reversed(range(len(self.rows))):
+            if self.rows[slot][0] is request:
+                self._retire(slot, "abort")
+        for entry in [w for w in self.waiting if w[0] is request]:
+            self.waiting.remove(entry)
+            request.on_sample(self._sample_of(request, entry[1], [], [], [], "abort"))
+        self.prefixes.pop(id(request), None)
+
+    # -- one step -----------------------------------------------------------------------
+
+    def step(self) -> None:
+        self._admit()
+        if self.rows:
+            running = len(self.rows)
+            logits = self.engine.decode(self.last[:running], self.position[:running])
+            self._record(torch.arange(running, device=self.engine.device), logits)
+
+    def _admit(self) -> None:
+        slots, first = self.engine.cache.slots, len(self.rows)
+        logits = []
+        while len(self.rows) < slots and (self.waiting or self.pending):
+            if not self.waiting:
+                self._prefill(math.ceil((slots - len(self.rows)) / self.pending[0].params.n))
+            request, sample_index = self.waiting.popleft()
+            prefix = self.prefixes[id(request)]
+            slot = len(self.rows)
+            self.engine.cache.write_prefix(slot, prefix.keys, prefix.values)
+            self._start_slot(slot, request)
+            self.rows.append((request, sample_index))
+            logits.append(prefix.logits)
+            prefix.remaining -= 1
+            if prefix.remaining == 0:
+                del self.prefixes[id(request)]
+        if logits:  # every admitted sample draws its first token from its prompt's logits
+            rows = torch.arange(first, len(self.rows), device=self.engine.device)
+            self._record(rows, torch.stack(logits))
+
+    def _start_slot(self, slot: int, request: EngineRequest) -> None:
+        prompt_length = len(request.prompt)
+        self.prompt_length[slot] = prompt_length
+        self.length[slot] = 0  # the slot may still hold a retired sequence's count
+        room = self.engine.max_model_len - prompt_length
+        self.limit[slot] = min(request.params.max_new_tokens, room)
+        stop_ids = request.params.stop_token_ids
+        if len(stop_ids) > self.stop_table.shape[1]:
+            wider = torch.full_like(self.stop_table[:, :1], -1).repeat(1, len(stop_ids))
+            wider[:, : self.stop_table.shape[1]] = self.stop_table
+            self.stop_table = wider
+        self.stop_table[slot] = -1
+        if stop_ids:
+            self.stop_table[slot, : len(stop_ids)] = torch.tensor(stop_ids)
+
+    def _prefill(self, count: int) -> None:
+        """Prefill up to ``count`` pending prompts (within the prefill token budget)."""
+        chosen, tokens = [], 0
+        while self.pending and len(chosen) < max(count, 1):
+            length = len(self.pending[0].prompt)
+            if chosen and tokens + length > self.engine.max_prefill_tokens:
+                break
+            chosen.append(self.pending.popleft())
+            tokens += length
+        device = self.engine.device
+        lengths = torch.tensor([len(r.prompt) for r in chosen], device=device)
+        ids = torch.zeros(len(chosen), int(lengths.max()), dtype=torch.long, device=device)
+        for row, request in enumerate(chosen):
+            ids[row, : lengths[row]] = torch.tensor(request.prompt, device=device)
+        logits, keys, values = self.engine.runner.prefill(ids, lengths)
+        for row, request in enumerate(chosen):
+            length = int(lengths[row])
+            self.prefixes[id(request)] = _Prefix(
+                keys[:, row, :, :length], values[:, row, :, :length], logits[row], request.params.n
+            )
+            self.waiting.extend((request, s) for s in range(request.params.n))
+
+    # -- sampling and finishing -----------------------------------------------------------
+
+    def _sample(self, rows: Tensor, logits: Tensor) -> tuple[Tensor, Tensor]:
+        """One batched draw per group of rows sharing sampling settings and random stream
+        (a single group in the common case: one caller, or callers with default settings)."""
+        default = self.engine.generator
+        requests = [self.rows[r][0] for r in rows.tolist()]
+        keys = [r.sampling_key(default) for r in requests]
+        if len(set(keys)) == 1:
+            return sample(logits, requests[0].params, requests[0].generator or default)
+        tokens = torch.empty(len(keys), dtype=torch.long, device=logits.device)
+        log_probs = torch.empty(len(keys), dtype=torch.float32, device=logits.device)
+        for key in dict.fromkeys(keys):
+            index = torch.tensor([i for i, k in enumerate(keys) if k == key], device=rows.device)
+            first = requests[int(index[0])]
+            tokens[index], log_probs[index] = sample(
+                logits[index], first.params, first.generator or default
+            )
+        return tokens, log_probs
+
+    def _record(self, rows: Tensor, logits: Tensor) -> None:
+        """Sample a token for ``rows`` from ``logits``, store it, retire finished rows."""
+        tokens, log_probs = self._sample(rows, logits)
+        length = self.length[rows]
+        self.tokens[rows, length] = tokens
+        self.log_probs[rows, length] = log_probs
+        self.versions[rows, length] = self.engine.weight_version
+        prompt_lengths = self.prompt_length[rows]
+        self.position[rows] = torch.where(length == 0, prompt_lengths, self.position[rows] + 1)
+        self.length[rows] = length + 1
+        self.last[rows] = tokens
+        stopped = (tokens[:, None] == self.stop_table[rows]).any(-1)
+        finished = stopped | (length + 1 >= self.limit[rows])
+        reasons = {int(r): "stop" for r in rows[stopped].tolist()}
+        row_list = rows.tolist()
+        streaming = [i for i, r in enumerate(row_list) if self.rows[r][0].on_token is not None]
+        if streaming:
+            token_list, log_prob_list = tokens.tolist(), log_probs.tolist()
+            for i in streaming:
+                request, sample_index = self.rows[row_list[i]]
+                request.on_token(
+                    sample_index, token_list[i], log_prob_list[i], self.engine.weight_version
+                )
+        string_rows = [r for r in row_list if self.rows[r][0].params.stop]
+        if string_rows:
+            open_rows = set(rows[~finished].tolist())
+            for r in string_rows:
+                if r in open_rows and self._hits_stop_string(r):
+                    reasons[r] = "stop"
+            finished = finished | torch.tensor([r in reasons for r in row_list], device=rows.device)
+        for slot in sorted(rows[finished].tolist(), reverse=True):
+            self._retire(slot, reasons.get(slot, "length"))
+
+    def _hits_stop_string(self, slot: int) -> bool:
+        stops = self.rows[slot][0].params.stop
+        count = int(self.length[slot])
+        tail = max(len(s) for s in stops) + 8  # tokens are at least one character
+        ids = self.tokens[slot, max(0, count - tail) : count].tolist()
+        text = self.engine.tokenizer.decode(ids)
+        return any(stop in text for stop in stops)
+
+    def _sample_of(
+        self,
+        request: EngineRequest,
+        sample_index: int,
+        token_ids: list[int],
+        log_probs: list[float],
+        versions: list[int],
+        reason: str,
+    ) -> Sample:
+        return Sample(
+            prompt_index=request.index,
+            sample_index=sample_index,
+            token_ids=token_ids,
+            log_probs=log_probs if request.params.logprobs else None,
+            finish_reason=reason,
+            weight_version=versions[-1] if versions else self.engine.weight_version,
+            weight_versions=versions,
+        )
+
+    def _retire(self, slot: int, reason: str) -> None:
+        request, sample_index = self.rows[slot]
+        count = int(self.length[slot])
+        request.on_sample(
+            self._sample_of(
+                request,
+                sample_index,
+                self.tokens[slot, :count].tolist(),
+                self.log_probs[slot, :count].tolist(),
+                self.versions[slot, :count].tolist(),
+                reason,
+            )
+        )
+        last = len(self.rows) - 1
+        if slot != last:  # keep running sequences in slots [0, B): move the last one here
+            self.engine.cache.move(last, slot, int(self.position[last]))
+            buffers = (self.tokens, self.log_probs, self.versions, self.last, self.position)
+            for buffer in (*buffers, self.length, self.limit, self.prompt_length, self.stop_table):
+                buffer[slot] = buffer[last]
+            self.rows[slot] = self.rows[last]
+        self.rows.pop()

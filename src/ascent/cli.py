@@ -1,5 +1,6 @@
 """The ``ascent`` command line: ``quickstart``, ``sft CONFIG key=value ...``,
-``train CONFIG key=value ...``, ``export CHECKPOINT OUT_DIR`` and ``doctor [CONFIG]``."""
+``train CONFIG key=value ...``, ``export CHECKPOINT OUT_DIR``, ``serve MODEL_DIR`` and
+``doctor [CONFIG]``."""
 
 import argparse
 import sys
@@ -30,6 +31,21 @@ def main(argv: list[str] | None = None) -> int:
         default="merge",
         help="LoRA runs: merge the adapters into the weights, or save the adapter alone",
     )
+    serve = commands.add_parser("serve", help="an OpenAI-compatible server over the native engine")
+    serve.add_argument("model_dir", help="a transformers checkpoint directory")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--served-model-name", help="the model name clients send (default: the path)"
+    )
+    serve.add_argument("--max-num-seqs", type=int, default=64, help="sequences decoded at once")
+    serve.add_argument("--max-model-len", type=int, default=2048, help="prompt + response limit")
+    serve.add_argument(
+        "--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto"
+    )
+    serve.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
+    serve.add_argument("--seed", type=int, help="seed of requests that bring none")
+    serve.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
     doctor = commands.add_parser("doctor", help="check the machine, Ray, disk and the model")
     doctor.add_argument("config", nargs="?", help="a train or sft config to check")
     doctor.add_argument("overrides", nargs="*", help="dotted overrides")
@@ -42,6 +58,21 @@ def main(argv: list[str] | None = None) -> int:
         return _sft(args)
     if args.command == "export":
         return _export(args)
+    if args.command == "serve":
+        from ascent.serve import serve
+
+        return serve(
+            args.model_dir,
+            host=args.host,
+            port=args.port,
+            served_model_name=args.served_model_name,
+            max_num_seqs=args.max_num_seqs,
+            max_model_len=args.max_model_len,
+            dtype=args.dtype,
+            device=args.device,
+            seed=args.seed,
+            request_timeout_s=args.request_timeout,
+        )
     if args.command == "doctor":
         from ascent.doctor import run_doctor
 

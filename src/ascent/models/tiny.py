@@ -12,8 +12,13 @@ import torch
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
-# A ChatML-style template, so chat-format data renders the way it does for Qwen models.
+# A ChatML-style template, so chat-format data renders the way it does for Qwen models; like
+# Qwen's, it lists the ``tools`` it is given in a system block and asks for Hermes tool calls.
 CHAT_TEMPLATE = (
+    "{% if tools %}{{ '<|im_start|>system\\n# Tools\\n<tools>\\n' }}"
+    "{% for tool in tools %}{{ tool | tojson }}{{ '\\n' }}{% endfor %}"
+    '{{ \'</tools>\\nCall a tool with <tool_call>{"name": ..., "arguments": ...}'
+    "</tool_call><|im_end|>\\n' }}{% endif %}"
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
     "{% endfor %}"

@@ -1,0 +1,48 @@
+"""Load a checkpoint into the native engine and serve it over HTTP (uvicorn)."""
+
+from pathlib import Path
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def serve(
+    model_dir: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    served_model_name: str | None = None,
+    max_num_seqs: int = 64,
+    max_model_len: int = 2048,
+    dtype: str = "auto",
+    device: str | None = None,
+    seed: int | None = None,
+    request_timeout_s: float = 600.0,
+) -> int:
+    """Serve ``model_dir`` until interrupted; returns the exit code."""
+    import uvicorn
+
+    from ascent.models.loading import load_causal_lm, load_tokenizer
+    from ascent.rollout.engine import NativeEngine
+    from ascent.rollout.native_backend import NativeBackend
+    from ascent.serve.app import build_app
+
+    if not Path(model_dir).is_dir():
+        print(f"ascent serve: {model_dir} is not a directory (a transformers checkpoint)")
+        return 2
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    chosen = DTYPES.get(dtype) or (torch.bfloat16 if device == "cuda" else torch.float32)
+    model = load_causal_lm(model_dir, dtype=chosen).to(device)
+    tokenizer = load_tokenizer(model_dir)
+    engine = NativeEngine(
+        model, max_num_seqs=max_num_seqs, max_model_len=max_model_len, tokenizer=tokenizer
+    )
+    if seed is not None:  # the stream of requests that bring no seed of their own
+        engine.generator.manual_seed(seed)
+    backend = NativeBackend(engine, tokenizer)
+    name = served_model_name or model_dir
+    app = build_app(backend, name, request_timeout_s=request_timeout_s)
+    print(f"ascent serve: {name} on http://{host}:{port}/v1 ({device}, {chosen})", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+    return 0

@@ -1,0 +1,105 @@
+"""The OpenAI request bodies ``ascent serve`` accepts, and how they become ``SamplingParams``.
+
+Fields the OpenAI API defines that change nothing here (``user``, ``stream_options``) are
+accepted and ignored; fields that would change the output and are not implemented
+(penalties, ``best_of``, ``echo``, top alternatives) are refused with a 400 naming them, so a
+client never silently gets something other than what it asked for. Extensions (as in vLLM):
+``top_k``, ``stop_token_ids``, ``skip_special_tokens``; token ids are always returned.
+"""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ascent.rollout.types import SamplingParams
+
+
+class RequestError(ValueError):
+    """A request the server cannot serve: becomes an OpenAI-style 4xx error."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
+        super().__init__(message)
+        self.param, self.status = param, status
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    n: int = Field(1, ge=1, le=1024)
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=-1)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] = []
+    seed: int | None = None
+    stream: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    skip_special_tokens: bool = True
+
+    def unsupported(self) -> None:
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name):
+                raise RequestError(f"{name} is not supported by ascent serve", name)
+
+    def sampling(self, max_tokens: int | None, default_max: int, eos: int | None) -> SamplingParams:
+        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        stop_ids = list(self.stop_token_ids)
+        if eos is not None and eos not in stop_ids:
+            stop_ids.append(eos)
+        return SamplingParams(
+            n=self.n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=max(self.top_k, 0),
+            max_new_tokens=max_tokens or default_max,
+            stop=stop,
+            stop_token_ids=stop_ids,
+            seed=self.seed,
+            logprobs=True,
+        )
+
+
+class CompletionRequest(_Common):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(16, ge=1)
+    logprobs: int | None = Field(None, ge=0)
+    echo: bool = False
+    best_of: int | None = None
+
+    def unsupported(self) -> None:
+        super().unsupported()
+        if self.echo:
+            raise RequestError("echo is not supported by ascent serve", "echo")
+        if self.best_of not in (None, self.n):
+            raise RequestError("best_of is not supported by ascent serve", "best_of")
+        if self.logprobs:
+            raise RequestError(
+                "logprobs > 0 (top alternatives) is not supported; use logprobs=0 for the "
+                "sampled tokens' log-probs",
+                "logprobs",
+            )
+
+
+class ChatRequest(_Common):
+    messages: list[dict] = Field(min_length=1)
+    tools: list[dict] | None = None
+    tool_choice: Literal["auto", "none"] | dict | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0)
+
+    def unsupported(self) -> None:
+        super().unsupported()
+        if self.top_logprobs:
+            raise RequestError("top_logprobs > 0 is not supported by ascent serve", "top_logprobs")
+        if isinstance(self.tool_choice, dict):
+            raise RequestError("a forced tool_choice is not supported; use auto", "tool_choice")
+
+
+class UpdateWeightsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="A directory of *.safetensors files with the new weights.")

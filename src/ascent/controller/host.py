@@ -186,7 +186,11 @@ class WorkerHost:
         )
 
     def close(self) -> None:
-        """Leave the process group (safe to call twice)."""
+        """Close the workers that hold outside resources (a ``close`` method: e.g. generation
+        servers they started), then leave the process group (safe to call twice)."""
+        for worker in self.workers.values():
+            if callable(getattr(worker, "close", None)):
+                worker.close()
         self.workers.clear()
         # In-process, this is the driver's own process: give it back as it was.
         torch.use_deterministic_algorithms(self._was_deterministic)

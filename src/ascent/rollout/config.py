@@ -8,12 +8,44 @@ from ascent.engine.config import ModelConfig, Strict
 from ascent.rollout.types import SamplingParams
 
 
+class ServerConfig(Strict):
+    """Generation servers in other processes (``engine: vllm`` or ``openai``)."""
+
+    urls: list[str] = Field(
+        default_factory=list,
+        description="Servers to use (http://host:port). vllm: empty starts one server per "
+        "rollout rank from rollout.model; openai: required.",
+    )
+    model: str | None = Field(
+        None, description="openai: the model name the endpoint serves (required there)."
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="openai: the environment variable holding the API key."
+    )
+    python: str | None = Field(
+        None,
+        description="vllm: the interpreter with vLLM installed (default: $ASCENT_VLLM_PYTHON, "
+        "else ~/.cache/ascent/vllm-venv, which `make vllm-venv` builds).",
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="vllm: more server arguments, e.g. --gpu-memory-utilization.",
+    )
+    startup_timeout_s: float = Field(300.0, gt=0, description="Seconds a server may take to start.")
+    request_timeout_s: float = Field(600.0, gt=0, description="Seconds one request may take.")
+
+
 class RolloutConfig(Strict):
     """The generator: which engine, how much it holds at once, how it samples by default."""
 
     model: ModelConfig = Field(description="Checkpoint of the initial weights (ModelConfig).")
-    engine: Literal["native", "transformers"] = Field(
-        "native", description="native (continuous batching) or transformers (reference)."
+    engine: Literal["native", "transformers", "vllm", "openai"] = Field(
+        "native",
+        description="native (continuous batching, in-process), transformers (reference), vllm "
+        "(vLLM servers refreshed every step), openai (a frozen OpenAI-compatible endpoint).",
+    )
+    server: ServerConfig = Field(
+        ServerConfig(), description="Servers of the vllm and openai engines (ServerConfig)."
     )
     sampling: SamplingParams = Field(
         SamplingParams(), description="Default sampling; a generate call may override fields."

@@ -2,13 +2,23 @@
 answers ``/health``, notice when it dies, stop it. Its output goes to a log file whose tail
 every error quotes, so a crash says why."""
 
+import ctypes
 import os
+import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import httpx
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: on Linux, get SIGTERM when the parent dies (a killed worker
+    must not leave a server holding memory and a port)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
@@ -39,7 +49,11 @@ class ServerProcess:
             handle.write(f"--- start {self.starts + 1}: {' '.join(self.command)}\n")
             handle.flush()
             self.process = subprocess.Popen(
-                self.command, stdout=handle, stderr=subprocess.STDOUT, env=self.env
+                self.command,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                preexec_fn=_die_with_parent,
             )
         self.starts += 1
         deadline = time.monotonic() + timeout

@@ -1,6 +1,9 @@
 """The rollout role: generation for the RL loop, colocated with the actor or on its own
 devices, with weights refreshed from the actor."""
 
+import asyncio
+from collections.abc import Iterable
+
 import torch
 
 from ascent.batch import Batch
@@ -10,7 +13,10 @@ from ascent.models.loading import load_causal_lm, load_tokenizer
 from ascent.rollout.config import RolloutConfig
 from ascent.rollout.engine import NativeEngine, WeightUpdate
 from ascent.rollout.hf_engine import TransformersEngine
+from ascent.rollout.http_backend import start_http_backend
+from ascent.rollout.native_backend import NativeBackend
 from ascent.rollout.types import Sample, SamplingParams
+from ascent.rollout.weight_files import write_weights
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -28,6 +34,17 @@ class RolloutWorker(Worker):
     def __init__(self, config: RolloutConfig | dict) -> None:
         self.config = RolloutConfig.model_validate(config)
         cfg = self.config
+        self.tokenizer = load_tokenizer(
+            cfg.model.path, trust_remote_code=cfg.model.trust_remote_code
+        )
+        self.pad_id = self.tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = self.tokenizer.eos_token_id or 0
+        self._update: WeightUpdate | dict | None = None
+        self.engine = None  # an in-process engine (native, transformers)
+        if cfg.engine in ("vllm", "openai"):
+            self.backend = start_http_backend(cfg, self.tokenizer, self.dp_rank, self.device)
+            return
         dtype = DTYPES.get(cfg.dtype) or (
             torch.bfloat16 if self.device.type == "cuda" else torch.float32
         )
@@ -37,9 +54,6 @@ class RolloutWorker(Worker):
             trust_remote_code=cfg.model.trust_remote_code,
             attn_implementation=cfg.model.attn_implementation,
         ).to(self.device)
-        self.tokenizer = load_tokenizer(
-            cfg.model.path, trust_remote_code=cfg.model.trust_remote_code
-        )
         if cfg.engine == "native":
             self.engine = NativeEngine(
                 model,
@@ -49,14 +63,21 @@ class RolloutWorker(Worker):
                 tokenizer=self.tokenizer,
                 cuda_graphs=cfg.cuda_graphs,
             )
+            self.backend = NativeBackend(self.engine)
         else:
             self.engine = TransformersEngine(
                 model, max_num_seqs=cfg.max_num_seqs, tokenizer=self.tokenizer
             )
-        self.pad_id = self.tokenizer.pad_token_id
-        if self.pad_id is None:
-            self.pad_id = self.tokenizer.eos_token_id or 0
-        self._update: WeightUpdate | None = None
+            self.backend = None
+
+    def close(self) -> None:
+        """Stop what the backend started (vLLM servers, the native step thread)."""
+        if getattr(self, "backend", None) is not None:
+            asyncio.run(self.backend.close())
+
+    @property
+    def weight_version(self) -> int:
+        return self.engine.weight_version if self.engine is not None else self.backend.version
 
     def sampling(self, overrides: dict | None = None) -> SamplingParams:
         """The default sampling with ``overrides``, plus EOS as a stop token if configured."""
@@ -76,7 +97,10 @@ class RolloutWorker(Worker):
             row[mask.bool()].tolist()
             for row, mask in zip(batch["prompts"], batch["prompt_mask"], strict=True)
         ]
-        samples = self.engine.generate(prompts, params)
+        if self.backend is None:
+            samples = self.engine.generate(prompts, params)
+        else:
+            samples = self.backend.generate_batch(prompts, params)
         if self.config.free_cache_after_generate and hasattr(self.engine, "sleep"):
             self.engine.sleep()
         return self._as_batch(batch, samples, params)
@@ -101,7 +125,7 @@ class RolloutWorker(Worker):
             input_ids=torch.cat([repeated["prompts"], responses], dim=1),
             attention_mask=torch.cat([repeated["prompt_mask"].long(), response_mask], dim=1),
             finish_reason=[s.finish_reason for s in samples],
-        ).with_meta(weight_version=self.engine.weight_version)
+        ).with_meta(weight_version=self.weight_version)
 
     # -- weights ----------------------------------------------------------------------------
 
@@ -115,6 +139,11 @@ class RolloutWorker(Worker):
         ``check`` compares engine and actor weights afterwards (debug; gathers again).
         """
         engine = self.ctx.colocated(role).engine
+        if self.engine is None:  # a server: the weights travel through a safetensors directory
+            return {
+                "weight_version": self._refresh_server(engine.full_weights()),
+                "max_weight_difference": None,
+            }
         engine.reshard()  # alias the persistent shards, never a transient gathered copy
         model = unwrap(engine.module.model)
         local = self.world_size == 1 and model is engine.module.model  # no LoRA to merge
@@ -132,23 +161,44 @@ class RolloutWorker(Worker):
     @register(Dispatch.ALL)
     def begin_weight_update(self) -> None:
         """Start a refresh that arrives in buckets (``load_weight_bucket``)."""
-        self._update = self.engine.begin_weight_update()
+        self._update = {} if self.engine is None else self.engine.begin_weight_update()
 
     @register(Dispatch.ALL)
     def load_weight_bucket(self, bucket: dict[str, torch.Tensor]) -> None:
         if self._update is None:
             raise RuntimeError("load_weight_bucket before begin_weight_update")
-        self._update.load(bucket.items())
+        if isinstance(self._update, dict):  # a server: gathered, then written at the end
+            self._update.update(bucket)
+        else:
+            self._update.load(bucket.items())
 
     @register(Dispatch.ALL)
     def finish_weight_update(self) -> int:
         """Check every weight arrived; returns the new weight version."""
         if self._update is None:
             raise RuntimeError("finish_weight_update before begin_weight_update")
+        if isinstance(self._update, dict):
+            tensors, self._update = self._update, None
+            return self._refresh_server(tensors.items())
         version, self._update = self._update.finish(), None
         return version
+
+    def _refresh_server(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Write the weights where the server can read them and have it reload."""
+        if self.config.engine == "openai":
+            raise RuntimeError(
+                "rollout.engine=openai is a frozen endpoint: it cannot follow the trained "
+                "policy. Use it for validation, a judge or a teacher; train with engine "
+                "native or vllm"
+            )
+        directory = write_weights(self.backend.weights_dir, named_tensors)
+        return asyncio.run(self.backend.update_weights_from_disk(str(directory)))
 
     @register(Dispatch.ALL)
     def weight_difference(self, reference: dict[str, torch.Tensor]) -> float:
         """Debug check: the largest |engine - reference| over the given weights."""
+        if self.engine is None:
+            raise RuntimeError(
+                f"weight_difference needs an in-process engine, not {self.config.engine}"
+            )
         return self.engine.max_weight_difference(reference.items())

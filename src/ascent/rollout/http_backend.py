@@ -1,0 +1,308 @@
+"""Rollout backends over HTTP: vLLM OpenAI servers that follow the policy, and any
+OpenAI-compatible endpoint as a frozen model.
+
+Token in, token out: a prompt goes as token ids to ``/v1/completions`` with
+``return_token_ids`` (vLLM's extension, which ``ascent serve`` also honours) and ``logprobs=0``
+(the sampled tokens' log-probs); nothing is re-tokenized. vLLM is started with
+``--logprobs-mode processed_logprobs``, so its log-probs are those of the distribution it
+sampled from (after temperature, top-k, top-p), as the native engine's are.
+
+Failures: every request has a timeout. A managed server that died is restarted (once per
+failure, under a lock, so many failing requests restart it once), given the latest weights,
+and the request retried; one that cannot be restarted raises ``ServerDied`` with its log tail.
+"""
+
+import asyncio
+import itertools
+import os
+import shutil
+import tempfile
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+import torch
+
+from ascent.rollout.config import RolloutConfig
+from ascent.rollout.protocol import Capability, PauseMode, RolloutBackend, TokenOut
+from ascent.rollout.server_process import ServerDied, ServerProcess
+from ascent.rollout.types import SamplingParams
+
+
+class HTTPBackend(RolloutBackend):
+    """``urls``: one or more OpenAI-compatible servers (``http://host:port``) serving
+    ``model``. Requests spread round-robin; a ``session_id`` always goes to the same server
+    (its prefix cache holds the conversation)."""
+
+    name = "OpenAI-compatible endpoint"
+    capabilities = frozenset({Capability.HEALTH})
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        model: str,
+        *,
+        tokenizer: object | None = None,
+        request_timeout_s: float = 600.0,
+        headers: dict | None = None,
+        processes: Sequence[ServerProcess] = (),
+    ) -> None:
+        if not urls:
+            raise ValueError("an HTTP rollout backend needs at least one server URL")
+        self.urls = [u.rstrip("/") for u in urls]
+        self.model, self.tokenizer = model, tokenizer
+        self.timeout = httpx.Timeout(request_timeout_s, connect=10.0)
+        self.headers = headers or {}
+        self.processes = list(processes)  # servers this backend started (restartable)
+        self.version = 0  # a frozen endpoint's weights never change
+        self._next = itertools.count()
+        self._clients: dict[int, httpx.AsyncClient] = {}
+        self._restart_lock: asyncio.Lock | None = None
+
+    def _client(self) -> httpx.AsyncClient:
+        """One connection pool per event loop (``generate_batch`` runs a loop per call)."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(id(loop))
+        if client is None or client.is_closed:
+            self._clients = {
+                id(loop): httpx.AsyncClient(timeout=self.timeout, headers=self.headers)
+            }
+            client = self._clients[id(loop)]
+        return client
+
+    def _pick(self, session_id: str | None) -> int:
+        if session_id is not None:
+            return zlib.crc32(session_id.encode()) % len(self.urls)
+        return next(self._next) % len(self.urls)
+
+    # -- data plane ---------------------------------------------------------------------------
+
+    def _body(self, prompt_ids: list[int], sampling: SamplingParams) -> dict:
+        body = {
+            "model": self.model,
+            "prompt": list(prompt_ids),
+            "n": sampling.n,
+            "max_tokens": sampling.max_new_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+            "include_stop_str_in_output": True,  # the trace keeps every sampled token
+        }
+        if sampling.top_k:
+            body["top_k"] = sampling.top_k
+        if sampling.stop:
+            body["stop"] = sampling.stop
+        if sampling.stop_token_ids:
+            body["stop_token_ids"] = sampling.stop_token_ids
+        return body
+
+    async def generate_n(
+        self, prompt_ids: list[int], sampling: SamplingParams, session_id: str | None = None
+    ) -> list[TokenOut]:
+        index = self._pick(session_id)
+        body = self._body(prompt_ids, sampling)
+        for attempt in range(2):
+            try:
+                response = await self._client().post(
+                    f"{self.urls[index]}/v1/completions", json=body
+                )
+                break
+            except httpx.TimeoutException:
+                raise TimeoutError(self._describe(index, "timed out")) from None
+            except httpx.TransportError:
+                if attempt == 1 or not await self._restart(index):
+                    raise ServerDied(self._describe(index, "is unreachable")) from None
+        if response.status_code != 200:
+            raise RuntimeError(f"{self.urls[index]} refused a request: {response.text[:2000]}")
+        version = self._version()
+        outs = []
+        for choice in sorted(response.json()["choices"], key=lambda c: c["index"]):
+            ids = choice["token_ids"]
+            log_probs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+            outs.append(TokenOut(ids, log_probs, choice["finish_reason"], [version] * len(ids)))
+        return outs
+
+    def _version(self) -> int:
+        return 0
+
+    def _describe(self, index: int, what: str) -> str:
+        process = self._process(index)
+        if process is not None:
+            return process.report(what)
+        return f"the server at {self.urls[index]} {what}"
+
+    def _process(self, index: int) -> ServerProcess | None:
+        return self.processes[index] if index < len(self.processes) else None
+
+    async def _restart(self, index: int) -> bool:
+        """Restart server ``index`` if this backend started it and it died; True if it is
+        serving again."""
+        process = self._process(index)
+        if process is None:
+            return False
+        if self._restart_lock is None:
+            self._restart_lock = asyncio.Lock()
+        async with self._restart_lock:
+            if process.alive():
+                return True  # another request restarted it meanwhile
+            print(process.report("died; restarting it"), flush=True)
+            await asyncio.to_thread(process.start, self.startup_timeout_s)
+            await self._after_restart(index)
+            return True
+
+    startup_timeout_s = 300.0
+
+    async def _after_restart(self, index: int) -> None:
+        """A restarted server has its initial weights; subclasses give it the latest."""
+
+    # -- control plane --------------------------------------------------------------------------
+
+    async def _admin(self, method: str, path: str, **kwargs: object) -> list[httpx.Response]:
+        """The same admin call on every server; raises naming the server that refused."""
+        client = self._client()
+        responses = await asyncio.gather(
+            *(client.request(method, f"{url}{path}", **kwargs) for url in self.urls)
+        )
+        for url, response in zip(self.urls, responses, strict=True):
+            if response.status_code >= 400:
+                raise RuntimeError(f"{url}{path} answered {response.status_code}: {response.text}")
+        return responses
+
+    async def health(self) -> dict:
+        client = self._client()
+        states = {}
+        for url in self.urls:
+            try:
+                states[url] = (await client.get(f"{url}/health")).status_code == 200
+            except httpx.HTTPError:
+                states[url] = False
+        return {"status": "ok" if all(states.values()) else "degraded", "servers": states}
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            if not client.is_closed:
+                await client.aclose()
+        self._clients = {}
+        for process in self.processes:
+            process.stop()
+        if isinstance(getattr(self, "weights_dir", None), Path):
+            shutil.rmtree(self.weights_dir, ignore_errors=True)
+
+
+class VLLMBackend(HTTPBackend):
+    """vLLM OpenAI servers (started in dev mode, ``VLLM_SERVER_DEV_MODE=1``) that follow the
+    trained policy: ``update_weights_from_disk`` reloads every server in place from a
+    safetensors directory (``/collective_rpc`` ``reload_weights``), drops prefix-cache entries
+    computed with the old weights, and bumps the version. vLLM reports no per-token weight
+    version, so a response's tokens carry the version current when it finished; refreshes run
+    between steps (``pause("wait")`` first when requests may be in flight)."""
+
+    name = "vLLM backend"
+    capabilities = frozenset(
+        {
+            Capability.PAUSE,
+            Capability.UPDATE_WEIGHTS_FROM_DISK,
+            Capability.WEIGHT_VERSION,
+            Capability.HEALTH,
+        }
+    )
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.weights_path: str | None = None
+        # Where the rollout worker writes each refresh (replaced in place every step).
+        self.weights_dir = Path(tempfile.mkdtemp(prefix="ascent-vllm-weights-"))
+
+    def _version(self) -> int:
+        return self.version
+
+    async def pause(self, mode: PauseMode = "abort") -> None:
+        await self._admin("POST", "/pause", params={"mode": mode})
+
+    async def resume(self) -> None:
+        await self._admin("POST", "/resume")
+
+    async def update_weights_from_disk(self, path: str) -> int:
+        await self._reload(path)
+        self.weights_path = path
+        self.version += 1
+        await self._admin("POST", "/update_weight_version", json={"new_version": str(self.version)})
+        return self.version
+
+    async def _reload(self, path: str, urls: Sequence[str] | None = None) -> None:
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
+        client = self._client()
+        for url in urls or self.urls:
+            for route, body in (("/collective_rpc", rpc), ("/reset_prefix_cache", None)):
+                response = await client.post(f"{url}{route}", json=body)
+                if response.status_code >= 400:
+                    raise RuntimeError(
+                        f"{url}{route} answered {response.status_code}: {response.text[:2000]}"
+                    )
+
+    async def weight_version(self) -> int:
+        return self.version
+
+    async def _after_restart(self, index: int) -> None:
+        if self.weights_path is not None:
+            await self._reload(self.weights_path, [self.urls[index]])
+
+
+def start_http_backend(
+    config: RolloutConfig, tokenizer: object, rank: int, device: torch.device
+) -> HTTPBackend:
+    """The backend of ``rollout.engine`` vllm or openai for rollout rank ``rank``: its own
+    vLLM server (started here unless ``server.urls`` lists them; rank r uses URL r mod n), or
+    the configured endpoint."""
+    server = config.server
+    if config.engine == "openai":
+        if not server.urls or not server.model:
+            raise ValueError(
+                "rollout.engine=openai needs rollout.server.urls and rollout.server.model"
+            )
+        key = os.environ.get(server.api_key_env)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return HTTPBackend(
+            server.urls,
+            server.model,
+            tokenizer=tokenizer,
+            request_timeout_s=server.request_timeout_s,
+            headers=headers,
+        )
+    from ascent.rollout.vllm_server import SERVED_NAME, start_vllm_servers, vllm_python
+
+    if server.urls:
+        url = server.urls[rank % len(server.urls)]
+        return VLLMBackend(
+            [url],
+            server.model or SERVED_NAME,
+            tokenizer=tokenizer,
+            request_timeout_s=server.request_timeout_s,
+        )
+    log_dir = Path(tempfile.gettempdir()) / "ascent-vllm-logs" / f"{os.getpid()}-rank{rank}"
+    processes = start_vllm_servers(
+        1,
+        log_dir,
+        server.startup_timeout_s,
+        python=vllm_python(server.python),
+        model_dir=config.model.path,
+        max_model_len=config.max_model_len,
+        max_num_seqs=config.max_num_seqs,
+        dtype="auto" if config.dtype == "auto" else config.dtype,
+        seed=config.sampling.seed or 0,
+        kv_cache_bytes=config.kv_cache_bytes,
+        cpu=device.type == "cpu",
+        extra_args=server.extra_args,
+    )
+    backend = VLLMBackend(
+        [p.url for p in processes],
+        SERVED_NAME,
+        tokenizer=tokenizer,
+        request_timeout_s=server.request_timeout_s,
+        processes=processes,
+    )
+    backend.startup_timeout_s = server.startup_timeout_s
+    return backend

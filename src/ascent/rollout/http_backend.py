@@ -57,19 +57,32 @@ class HTTPBackend(RolloutBackend):
         self.processes = list(processes)  # servers this backend started (restartable)
         self.version = 0  # a frozen endpoint's weights never change
         self._next = itertools.count()
-        self._clients: dict[int, httpx.AsyncClient] = {}
+        self._pool: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
         self._restart_lock: asyncio.Lock | None = None
 
     def _client(self) -> httpx.AsyncClient:
-        """One connection pool per event loop (``generate_batch`` runs a loop per call)."""
+        """The connection pool of the running event loop. Synchronous callers run a loop per
+        call (``asyncio.run``); a pool cannot outlive its loop, so a new loop gets a new pool
+        (the old one's sockets closed with its loop)."""
         loop = asyncio.get_running_loop()
-        client = self._clients.get(id(loop))
-        if client is None or client.is_closed:
-            self._clients = {
-                id(loop): httpx.AsyncClient(timeout=self.timeout, headers=self.headers)
-            }
-            client = self._clients[id(loop)]
-        return client
+        if self._pool is None or self._pool[0] is not loop or self._pool[1].is_closed:
+            self._pool = (loop, httpx.AsyncClient(timeout=self.timeout, headers=self.headers))
+        return self._pool[1]
+
+    def generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list:
+        async def run() -> list:
+            try:
+                return await self._gather(prompts, sampling)
+            finally:
+                await self.release_connections()
+
+        return asyncio.run(run())
+
+    async def release_connections(self) -> None:
+        """Close this event loop's connection pool (before a synchronous caller's loop ends)."""
+        if self._pool is not None and self._pool[0] is asyncio.get_running_loop():
+            await self._pool[1].aclose()
+        self._pool = None
 
     def _pick(self, session_id: str | None) -> int:
         if session_id is not None:
@@ -182,10 +195,7 @@ class HTTPBackend(RolloutBackend):
         return {"status": "ok" if all(states.values()) else "degraded", "servers": states}
 
     async def close(self) -> None:
-        for client in self._clients.values():
-            if not client.is_closed:
-                await client.aclose()
-        self._clients = {}
+        await self.release_connections()
         for process in self.processes:
             process.stop()
         if isinstance(getattr(self, "weights_dir", None), Path):
@@ -282,6 +292,14 @@ def start_http_backend(
             tokenizer=tokenizer,
             request_timeout_s=server.request_timeout_s,
         )
+    from transformers import AutoConfig
+
+    # The trainer derives max_model_len as prompt + response limits; vLLM refuses one beyond
+    # the model's positions, where the native engine would never reach anyway.
+    positions = getattr(
+        AutoConfig.from_pretrained(config.model.path), "max_position_embeddings", None
+    )
+    max_model_len = min(config.max_model_len, positions or config.max_model_len)
     log_dir = Path(tempfile.gettempdir()) / "ascent-vllm-logs" / f"{os.getpid()}-rank{rank}"
     processes = start_vllm_servers(
         1,
@@ -289,7 +307,7 @@ def start_http_backend(
         server.startup_timeout_s,
         python=vllm_python(server.python),
         model_dir=config.model.path,
-        max_model_len=config.max_model_len,
+        max_model_len=max_model_len,
         max_num_seqs=config.max_num_seqs,
         dtype="auto" if config.dtype == "auto" else config.dtype,
         seed=config.sampling.seed or 0,

@@ -43,7 +43,7 @@ class RolloutWorker(Worker):
         self._update: WeightUpdate | dict | None = None
         self.engine = None  # an in-process engine (native, transformers)
         if cfg.engine in ("vllm", "openai"):
-            self.backend = start_http_backend(cfg, self.tokenizer, self.dp_rank, self.device)
+            self.backend = start_http_backend(cfg, self.tokenizer, self.ctx.dp_rank, self.device)
             return
         dtype = DTYPES.get(cfg.dtype) or (
             torch.bfloat16 if self.device.type == "cuda" else torch.float32
@@ -192,7 +192,14 @@ class RolloutWorker(Worker):
                 "native or vllm"
             )
         directory = write_weights(self.backend.weights_dir, named_tensors)
-        return asyncio.run(self.backend.update_weights_from_disk(str(directory)))
+
+        async def reload() -> int:
+            try:
+                return await self.backend.update_weights_from_disk(str(directory))
+            finally:
+                await self.backend.release_connections()
+
+        return asyncio.run(reload())
 
     @register(Dispatch.ALL)
     def weight_difference(self, reference: dict[str, torch.Tensor]) -> float:

@@ -4,7 +4,8 @@ Fields the OpenAI API defines that change nothing here (``user``, ``stream_optio
 accepted and ignored; fields that would change the output and are not implemented
 (penalties, ``best_of``, ``echo``, top alternatives) are refused with a 400 naming them, so a
 client never silently gets something other than what it asked for. Extensions (as in vLLM):
-``top_k``, ``stop_token_ids``, ``skip_special_tokens``; token ids are always returned.
+``top_k``, ``stop_token_ids``, ``skip_special_tokens``, ``ignore_eos``; token ids are always
+returned.
 """
 
 from typing import Literal
@@ -37,6 +38,7 @@ class _Common(BaseModel):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     skip_special_tokens: bool = True
+    ignore_eos: bool = False
 
     def unsupported(self) -> None:
         for name in ("presence_penalty", "frequency_penalty"):
@@ -46,7 +48,7 @@ class _Common(BaseModel):
     def sampling(self, max_tokens: int | None, default_max: int, eos: int | None) -> SamplingParams:
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         stop_ids = list(self.stop_token_ids)
-        if eos is not None and eos not in stop_ids:
+        if eos is not None and eos not in stop_ids and not self.ignore_eos:
             stop_ids.append(eos)
         return SamplingParams(
             n=self.n,

@@ -14,6 +14,7 @@ from ascent.algos.types import AggregationMode
 from ascent.data.rl import RLDataConfig
 from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, Strict
 from ascent.rewards.manager import RewardConfig
+from ascent.rollout.config import ServerConfig
 from ascent.trainer.rl.presets import PRESETS
 from ascent.trainer.settings import ResourcesConfig, RunSettings
 from ascent.trainer.tracking import TrackingConfig
@@ -23,7 +24,14 @@ from ascent.workers.config import RolloutCorrectionSettings
 class RolloutSettings(Strict):
     """Generation."""
 
-    engine: Literal["native", "transformers"] = Field("native", description="Rollout engine.")
+    engine: Literal["native", "transformers", "vllm", "openai"] = Field(
+        "native",
+        description="Rollout engine: native (in-process), transformers (reference), vllm "
+        "(vLLM servers, refreshed every step), openai (a frozen endpoint; cannot train).",
+    )
+    server: ServerConfig = Field(
+        ServerConfig(), description="Servers of the vllm and openai engines (ServerConfig)."
+    )
     samples_per_prompt: int = Field(8, ge=1, description="Responses sampled per prompt (group).")
     temperature: float = Field(
         1.0, gt=0, description="Sampling temperature (the trainer uses it too)."

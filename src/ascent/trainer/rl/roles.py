@@ -67,6 +67,7 @@ def rollout_config(config: RLConfig, colocated: bool) -> RolloutConfig:
     return RolloutConfig(
         model=config.model.model_copy(update={"lora": None}),
         engine=r.engine,
+        server=r.server,
         sampling=SamplingParams(
             n=r.samples_per_prompt,
             temperature=r.temperature,

@@ -1,0 +1,129 @@
+"""vLLM as a rollout backend, against a real vLLM server (the CPU build, from its own venv:
+``make vllm-venv``; ``make test`` builds it first). Skipped when no vLLM interpreter exists.
+
+The model has head_dim 32: vLLM's CPU attention has no kernel for the default tiny model's 16.
+"""
+
+import asyncio
+import sys
+
+import pytest
+
+from ascent.models import build_tiny_model, load_causal_lm
+from ascent.models.loading import causal_lm_from_config
+from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout.config import RolloutConfig
+from ascent.rollout.http_backend import VLLMBackend
+from ascent.rollout.server_process import ServerDied, ServerProcess, free_port
+from ascent.rollout.vllm_server import SERVED_NAME, start_vllm_servers, vllm_python
+from ascent.rollout.weight_files import write_weights
+
+try:
+    PYTHON = vllm_python()
+except FileNotFoundError as missing:
+    pytest.skip(str(missing), allow_module_level=True)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+PROMPTS = [[5, 17, 33, 70, 71, 80, 90, 100], [100, 3, 9], list(range(40, 75))]
+GREEDY = SamplingParams(temperature=0, max_new_tokens=16)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(build_tiny_model(tmp_path_factory.mktemp("hd32") / "model", heads=2, kv_heads=1))
+
+
+@pytest.fixture(scope="module")
+def vllm(model_dir, tmp_path_factory):
+    [server] = start_vllm_servers(
+        1,
+        tmp_path_factory.mktemp("vllm-logs"),
+        300,
+        python=PYTHON,
+        model_dir=model_dir,
+        max_model_len=256,
+        max_num_seqs=16,
+        dtype="float32",
+        seed=0,
+        kv_cache_bytes=64 * 2**20,
+        cpu=True,
+        extra_args=[],
+    )
+    backend = VLLMBackend([server.url], SERVED_NAME, processes=[server])
+    yield backend
+    asyncio.run(backend.close())
+
+
+def test_greedy_tokens_and_log_probs_agree_in_process_served_and_vllm(vllm, model_dir, tmp_path):
+    engine = NativeEngine(load_causal_lm(model_dir), max_num_seqs=4, max_model_len=256)
+    native = engine.generate(PROMPTS, GREEDY)
+    port = free_port()
+    command = [sys.executable, "-m", "ascent", "serve", model_dir, "--port", str(port)]
+    served = ServerProcess([*command, "--max-model-len", "256"], port, tmp_path / "serve.log")
+    served.start(120)
+    try:
+        ascent_http = VLLMBackend([served.url], model_dir)  # the same OpenAI token-in protocol
+        through_serve = ascent_http.generate_batch(PROMPTS, GREEDY)
+    finally:
+        served.stop()
+    through_vllm = vllm.generate_batch(PROMPTS, GREEDY)
+    for a, b, c in zip(native, through_serve, through_vllm, strict=True):
+        assert a.token_ids == b.token_ids == c.token_ids
+        assert b.log_probs == pytest.approx(a.log_probs, abs=1e-5)
+        assert c.log_probs == pytest.approx(a.log_probs, abs=1e-4)
+
+
+def test_weight_refresh_changes_generations_and_the_old_weights_restore_them(
+    vllm, model_dir, tmp_path
+):
+    before = vllm.generate_batch(PROMPTS, GREEDY)
+    base = load_causal_lm(model_dir)
+    other = causal_lm_from_config(base.config, seed=11)
+    version = asyncio.run(
+        vllm.update_weights_from_disk(
+            str(write_weights(tmp_path / "new", other.named_parameters()))
+        )
+    )
+    changed = vllm.generate_batch(PROMPTS, GREEDY)
+    expected = NativeEngine(other, max_num_seqs=4, max_model_len=256).generate(PROMPTS, GREEDY)
+    assert [s.token_ids for s in changed] == [s.token_ids for s in expected]
+    assert [s.token_ids for s in changed] != [s.token_ids for s in before]
+    assert {s.weight_version for s in changed} == {version}
+    asyncio.run(
+        vllm.update_weights_from_disk(str(write_weights(tmp_path / "old", base.named_parameters())))
+    )
+    restored = vllm.generate_batch(PROMPTS, GREEDY)
+    assert [s.token_ids for s in restored] == [s.token_ids for s in before]
+
+
+def test_a_dead_server_is_restarted_with_the_latest_weights(vllm, model_dir, tmp_path):
+    other = causal_lm_from_config(load_causal_lm(model_dir).config, seed=12)
+    path = write_weights(tmp_path / "latest", other.named_parameters())
+    asyncio.run(vllm.update_weights_from_disk(str(path)))
+    expected = vllm.generate_batch(PROMPTS[:1], GREEDY)
+    vllm.processes[0].process.kill()
+    vllm.processes[0].process.wait()
+    again = vllm.generate_batch(PROMPTS[:1], GREEDY)  # restarts it, reloads, retries
+    assert vllm.processes[0].starts == 2
+    assert again[0].token_ids == expected[0].token_ids
+
+
+def test_a_server_that_cannot_start_reports_its_log(tmp_path):
+    config = RolloutConfig.model_validate(
+        {"model": {"path": str(tmp_path / "missing")}, "engine": "vllm"}
+    )
+    with pytest.raises(ServerDied, match="last lines of"):
+        start_vllm_servers(
+            1,
+            tmp_path,
+            120,
+            python=PYTHON,
+            model_dir=config.model.path,
+            max_model_len=64,
+            max_num_seqs=2,
+            dtype="float32",
+            seed=0,
+            kv_cache_bytes=None,
+            cpu=True,
+            extra_args=[],
+        )

@@ -17,7 +17,7 @@ from ascent.data.rl import RLDataConfig
 from ascent.data.sft import SFTDataConfig
 from ascent.engine.config import FSDPConfig, LoraSettings, ModelConfig, OptimConfig
 from ascent.rewards.manager import RewardConfig
-from ascent.rollout.config import RolloutConfig
+from ascent.rollout.config import RolloutConfig, ServerConfig
 from ascent.rollout.types import SamplingParams
 from ascent.trainer.rl.config import (
     ActorSettings,
@@ -60,6 +60,7 @@ DOCUMENTED: list[type[BaseModel]] = [
     CriticConfig,
     ReferenceConfig,
     RolloutConfig,
+    ServerConfig,
     SamplingParams,
     ModelConfig,
     LoraSettings,

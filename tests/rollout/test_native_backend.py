@@ -138,3 +138,39 @@ def test_sync_batch_calls_and_capabilities(backend):
         asyncio.run(Frozen().update_weights_from_disk("x"))
     with pytest.raises(ValueError, match="use generate_n"):
         run(backend, backend.generate([1], SamplingParams(n=2)))
+
+
+def test_a_failing_step_fails_its_callers_and_the_backend_serves_on(backend):
+    step, calls = backend.engine.step, []
+
+    def fails_once():
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("device lost")
+        step()
+
+    backend.engine.step = fails_once
+
+    async def main():
+        with pytest.raises(RuntimeError, match="device lost"):
+            await backend.generate([1, 2, 3], GREEDY)
+        after = await backend.generate([1, 2, 3], SamplingParams(temperature=0, max_new_tokens=4))
+        return after, await backend.health()
+
+    after, health = run(backend, main())
+    assert len(after.token_ids) == 4
+    assert health["status"] == "degraded" and "device lost" in health["last_error"]
+
+
+def test_leaving_a_stream_early_aborts_its_request(backend):
+    async def main():
+        items = backend.stream([1, 2, 3], GREEDY)
+        first = [await anext(items) for _ in range(5)]
+        await items.aclose()  # the client went away
+        while backend.engine.has_work():
+            await asyncio.sleep(0.001)
+        return first
+
+    first = run(backend, main())
+    assert all(isinstance(item, tuple) for item in first)
+    assert backend.engine.scheduler.running == 0, "the slot was freed"

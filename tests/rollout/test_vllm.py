@@ -13,7 +13,7 @@ from ascent.models import build_tiny_model, load_causal_lm
 from ascent.models.loading import causal_lm_from_config
 from ascent.rollout import NativeEngine, SamplingParams
 from ascent.rollout.config import RolloutConfig
-from ascent.rollout.http_backend import VLLMBackend
+from ascent.rollout.http_backend import HTTPBackend, VLLMBackend
 from ascent.rollout.server_process import ServerDied, ServerProcess, free_port
 from ascent.rollout.vllm_server import SERVED_NAME, start_vllm_servers, vllm_python
 from ascent.rollout.weight_files import write_weights
@@ -62,7 +62,7 @@ def test_greedy_tokens_and_log_probs_agree_in_process_served_and_vllm(vllm, mode
     served = ServerProcess([*command, "--max-model-len", "256"], port, tmp_path / "serve.log")
     served.start(120)
     try:
-        ascent_http = VLLMBackend([served.url], model_dir)  # the same OpenAI token-in protocol
+        ascent_http = HTTPBackend([served.url], model_dir)  # the same OpenAI token-in protocol
         through_serve = ascent_http.generate_batch(PROMPTS, GREEDY)
     finally:
         served.stop()

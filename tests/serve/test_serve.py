@@ -180,3 +180,10 @@ def test_tool_calls_are_parsed_from_the_reply(tiny_model):
     assert json.loads(call["function"]["arguments"]) == {"a": 2, "b": 3}
     assert choice["token_ids"] == ids
     assert torch.tensor(ids).numel() == len(choice["token_ids"])
+
+
+def test_serve_refuses_a_missing_model_directory(tmp_path, capsys):
+    from ascent.cli import main
+
+    assert main(["serve", str(tmp_path / "nope")]) == 2
+    assert "is not a directory" in capsys.readouterr().out

@@ -2,10 +2,26 @@
 
 from typing import Literal
 
+import torch
 from pydantic import Field
 
 from ascent.engine.config import ModelConfig, Strict
 from ascent.rollout.types import SamplingParams
+
+RolloutEngine = Literal["native", "transformers", "vllm", "openai"]
+ENGINE_HELP = (
+    "native (continuous batching, in-process), transformers (reference), vllm (vLLM servers "
+    "refreshed every step), openai (a frozen OpenAI-compatible endpoint; cannot train)."
+)
+GenerationDtype = Literal["auto", "float32", "bfloat16", "float16"]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def generation_dtype(name: GenerationDtype, device: torch.device) -> torch.dtype:
+    """The named dtype; auto: bfloat16 on CUDA, float32 elsewhere."""
+    if name != "auto":
+        return DTYPES[name]
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
 class ServerConfig(Strict):
@@ -39,11 +55,7 @@ class RolloutConfig(Strict):
     """The generator: which engine, how much it holds at once, how it samples by default."""
 
     model: ModelConfig = Field(description="Checkpoint of the initial weights (ModelConfig).")
-    engine: Literal["native", "transformers", "vllm", "openai"] = Field(
-        "native",
-        description="native (continuous batching, in-process), transformers (reference), vllm "
-        "(vLLM servers refreshed every step), openai (a frozen OpenAI-compatible endpoint).",
-    )
+    engine: RolloutEngine = Field("native", description=ENGINE_HELP)
     server: ServerConfig = Field(
         ServerConfig(), description="Servers of the vllm and openai engines (ServerConfig)."
     )
@@ -56,7 +68,7 @@ class RolloutConfig(Strict):
     kv_cache_bytes: int | None = Field(
         None, gt=0, description="KV cache budget; fewer slots than max_num_seqs if it binds."
     )
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+    dtype: GenerationDtype = Field(
         "auto", description="Generation dtype; auto: bfloat16 on CUDA, float32 on CPU."
     )
     free_cache_after_generate: bool = Field(

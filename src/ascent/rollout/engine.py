@@ -3,8 +3,8 @@
 Requests (``add_request``) join a running batch (``Scheduler``) whenever they arrive; each
 ``step`` admits what waits and decodes one token for every running sequence; a sequence that
 finishes frees its slot at once, so long responses never hold a batch back. ``generate`` is
-the synchronous batch call on top (the RL worker's); ``AsyncEngine`` runs the step loop on a
-thread for many concurrent callers (``ascent serve``). Scheduling is deterministic: with a
+the synchronous batch call on top (the RL worker's); ``NativeBackend`` runs the step loop on
+a thread for many concurrent callers (``ascent serve``). Scheduling is deterministic: with a
 seed, the same prompts and settings from one caller give the same samples.
 
 Weights may be replaced between two steps while requests are in flight: every token records
@@ -125,9 +125,18 @@ class NativeEngine:
         if sampling.stop and self.tokenizer is None:
             raise ValueError("stop strings need the engine to have a tokenizer")
 
+    def seeded_generator(self, sampling: SamplingParams) -> torch.Generator | None:
+        """A random stream of its own for a seeded, sampled request; None: the engine's."""
+        if sampling.temperature > 0 and sampling.seed is not None:
+            return torch.Generator(device=self.device).manual_seed(sampling.seed)
+        return None
+
     def add_request(self, request: EngineRequest) -> None:
         """Queue a request; it joins the running batch at the next ``step``."""
         self.check_request(request.prompt, request.params, f"prompt {request.index}")
+        self._queue(request)
+
+    def _queue(self, request: EngineRequest) -> None:
         self.cache.wake()
         self.scheduler.add(request)
 
@@ -143,14 +152,12 @@ class NativeEngine:
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
         """``sampling.n`` samples for every prompt (token ids), ordered by prompt then sample."""
-        for index, prompt in enumerate(prompts):
+        for index, prompt in enumerate(prompts):  # all of them before any is queued
             self.check_request(prompt, sampling, f"prompt {index}")
-        generator = None
-        if sampling.temperature > 0 and sampling.seed is not None:
-            generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        generator = self.seeded_generator(sampling)  # one stream: reproducible per call
         done: list[Sample] = []
         for index, prompt in enumerate(prompts):
-            self.add_request(EngineRequest(prompt, sampling, done.append, None, generator, index))
+            self._queue(EngineRequest(prompt, sampling, done.append, None, generator, index))
         while len(done) < len(prompts) * sampling.n:
             self.step()
         return sorted(done, key=lambda s: (s.prompt_index, s.sample_index))

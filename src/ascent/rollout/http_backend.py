@@ -47,6 +47,7 @@ class HTTPBackend(RolloutBackend):
         request_timeout_s: float = 600.0,
         headers: dict | None = None,
         processes: Sequence[ServerProcess] = (),
+        startup_timeout_s: float = 300.0,
     ) -> None:
         if not urls:
             raise ValueError("an HTTP rollout backend needs at least one server URL")
@@ -55,6 +56,7 @@ class HTTPBackend(RolloutBackend):
         self.timeout = httpx.Timeout(request_timeout_s, connect=10.0)
         self.headers = headers or {}
         self.processes = list(processes)  # servers this backend started (restartable)
+        self.startup_timeout_s = startup_timeout_s  # for a restart
         self.version = 0  # a frozen endpoint's weights never change
         self._next = itertools.count()
         self._pool: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
@@ -165,8 +167,6 @@ class HTTPBackend(RolloutBackend):
             await asyncio.to_thread(process.start, self.startup_timeout_s)
             await self._after_restart(index)
             return True
-
-    startup_timeout_s = 300.0
 
     async def _after_restart(self, index: int) -> None:
         """A restarted server has its initial weights; subclasses give it the latest."""
@@ -315,12 +315,11 @@ def start_http_backend(
         cpu=device.type == "cpu",
         extra_args=server.extra_args,
     )
-    backend = VLLMBackend(
+    return VLLMBackend(
         [p.url for p in processes],
         SERVED_NAME,
         tokenizer=tokenizer,
         request_timeout_s=server.request_timeout_s,
         processes=processes,
+        startup_timeout_s=server.startup_timeout_s,
     )
-    backend.startup_timeout_s = server.startup_timeout_s
-    return backend

@@ -14,15 +14,15 @@ debugger steps straight into the engine.
 import asyncio
 import queue
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Future
 
-import torch
 from torch import Tensor
 
 from ascent.rollout.engine import NativeEngine
 from ascent.rollout.protocol import Capability, PauseMode, RolloutBackend, TokenOut
 from ascent.rollout.requests import EngineRequest
+from ascent.rollout.scheduler import Scheduler
 from ascent.rollout.types import Sample, SamplingParams
 
 
@@ -97,7 +97,7 @@ class NativeBackend(RolloutBackend):
         for request in list(self._live):
             request.error = error
             self.engine.abort(request)  # frees its slots; on_sample below reports the error
-        self.engine.scheduler.__init__(self.engine)  # a clean batch for the next requests
+        self.engine.scheduler = Scheduler(self.engine)  # a clean batch for the next requests
 
     def _call(self, function: Callable[[], object]) -> Future:
         """Run ``function`` on the step thread between two steps; a future of its result."""
@@ -122,9 +122,7 @@ class NativeBackend(RolloutBackend):
         loop = asyncio.get_running_loop()
         done: asyncio.Future = loop.create_future()
         samples: list[Sample] = []
-        generator = None
-        if sampling.seed is not None and sampling.temperature > 0:
-            generator = torch.Generator(device=self.engine.device).manual_seed(sampling.seed)
+        generator = self.engine.seeded_generator(sampling)
 
         def on_sample(sample: Sample) -> None:  # on the step thread
             samples.append(sample)
@@ -143,32 +141,35 @@ class NativeBackend(RolloutBackend):
 
     async def stream(
         self, prompt_ids: list[int], sampling: SamplingParams
-    ) -> "asyncio.Queue[tuple[int, float, int] | TokenOut]":
-        """One response token by token: a queue of (token, log-prob, weight version) items,
-        then the finished ``TokenOut``."""
+    ) -> AsyncIterator[tuple[int, float, int] | TokenOut]:
+        """One response token by token: (token, log-prob, weight version) items, then the
+        finished ``TokenOut``. Leaving early (a client gone, a timeout) aborts the request,
+        which frees its slot."""
         if sampling.n != 1:
             raise ValueError("stream returns one response; use n=1")
         self.engine.check_request(prompt_ids, sampling, "the prompt")
         loop = asyncio.get_running_loop()
-        tokens: asyncio.Queue = asyncio.Queue()
+        items: asyncio.Queue = asyncio.Queue()
 
         def on_token(_: int, token: int, log_prob: float, version: int) -> None:
-            loop.call_soon_threadsafe(tokens.put_nowait, (token, log_prob, version))
+            loop.call_soon_threadsafe(items.put_nowait, (token, log_prob, version))
 
         def on_sample(sample: Sample) -> None:
             self._live.discard(request)
-            loop.call_soon_threadsafe(tokens.put_nowait, TokenOut.of(sample))
+            loop.call_soon_threadsafe(items.put_nowait, TokenOut.of(sample))
 
-        generator = None
-        if sampling.seed is not None and sampling.temperature > 0:
-            generator = torch.Generator(device=self.engine.device).manual_seed(sampling.seed)
+        generator = self.engine.seeded_generator(sampling)
         request = EngineRequest(list(prompt_ids), sampling, on_sample, on_token, generator)
-        tokens.request = request  # for abort on disconnect
         self._call(lambda: self._add(request))
-        return tokens
-
-    def abort_stream(self, tokens: asyncio.Queue) -> None:
-        self._call(lambda: self._abort(tokens.request))
+        finished = False
+        try:
+            while not finished:
+                item = await items.get()
+                finished = isinstance(item, TokenOut)
+                yield item
+        finally:
+            if not finished:
+                self._call(lambda: self._abort(request))
 
     def _add(self, request: EngineRequest) -> None:
         self._live.add(request)

@@ -153,11 +153,11 @@ class Scheduler:
 
     # -- sampling and finishing -----------------------------------------------------------
 
-    def _sample(self, rows: Tensor, logits: Tensor) -> tuple[Tensor, Tensor]:
+    def _sample(self, rows: Tensor, row_list: list[int], logits: Tensor) -> tuple[Tensor, Tensor]:
         """One batched draw per group of rows sharing sampling settings and random stream
         (a single group in the common case: one caller, or callers with default settings)."""
         default = self.engine.generator
-        requests = [self.rows[r][0] for r in rows.tolist()]
+        requests = [self.rows[r][0] for r in row_list]
         keys = [r.sampling_key(default) for r in requests]
         if len(set(keys)) == 1:
             return sample(logits, requests[0].params, requests[0].generator or default)
@@ -173,7 +173,8 @@ class Scheduler:
 
     def _record(self, rows: Tensor, logits: Tensor) -> None:
         """Sample a token for ``rows`` from ``logits``, store it, retire finished rows."""
-        tokens, log_probs = self._sample(rows, logits)
+        row_list = rows.tolist()
+        tokens, log_probs = self._sample(rows, row_list, logits)
         length = self.length[rows]
         self.tokens[rows, length] = tokens
         self.log_probs[rows, length] = log_probs
@@ -185,7 +186,6 @@ class Scheduler:
         stopped = (tokens[:, None] == self.stop_table[rows]).any(-1)
         finished = stopped | (length + 1 >= self.limit[rows])
         reasons = {int(r): "stop" for r in rows[stopped].tolist()}
-        row_list = rows.tolist()
         streaming = [i for i, r in enumerate(row_list) if self.rows[r][0].on_token is not None]
         if streaming:
             token_list, log_prob_list = tokens.tolist(), log_probs.tolist()

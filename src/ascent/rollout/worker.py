@@ -10,15 +10,13 @@ from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
 from ascent.engine.modules import unwrap
 from ascent.models.loading import load_causal_lm, load_tokenizer
-from ascent.rollout.config import RolloutConfig
+from ascent.rollout.config import RolloutConfig, generation_dtype
 from ascent.rollout.engine import NativeEngine, WeightUpdate
 from ascent.rollout.hf_engine import TransformersEngine
 from ascent.rollout.http_backend import start_http_backend
 from ascent.rollout.native_backend import NativeBackend
 from ascent.rollout.types import Sample, SamplingParams
 from ascent.rollout.weight_files import write_weights
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class RolloutWorker(Worker):
@@ -45,12 +43,9 @@ class RolloutWorker(Worker):
         if cfg.engine in ("vllm", "openai"):
             self.backend = start_http_backend(cfg, self.tokenizer, self.ctx.dp_rank, self.device)
             return
-        dtype = DTYPES.get(cfg.dtype) or (
-            torch.bfloat16 if self.device.type == "cuda" else torch.float32
-        )
         model = load_causal_lm(
             cfg.model.path,
-            dtype=dtype,
+            dtype=generation_dtype(cfg.dtype, self.device),
             trust_remote_code=cfg.model.trust_remote_code,
             attn_implementation=cfg.model.attn_implementation,
         ).to(self.device)

@@ -153,15 +153,17 @@ def build_app(
             yield r.sse(r.envelope("text_completion", request_id, model_name, [choice]))
 
     async def token_items(prompt: list[int], sampling: object) -> AsyncIterator[object]:
-        queue = await backend.stream(prompt, sampling)
+        """The backend's stream, each item within the request timeout; a client that
+        disconnects closes it, which aborts the request."""
+        items = backend.stream(prompt, sampling)
         try:
             while True:
-                item = await asyncio.wait_for(queue.get(), request_timeout_s)
+                item = await asyncio.wait_for(anext(items), request_timeout_s)
                 yield item
                 if isinstance(item, TokenOut):
                     return
-        finally:  # a client that disconnects (or a timeout) frees the engine's slot
-            backend.abort_stream(queue)
+        finally:
+            await items.aclose()
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> object:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from ascent.rollout.config import GenerationDtype, generation_dtype
 
 
 def serve(
@@ -15,7 +15,7 @@ def serve(
     served_model_name: str | None = None,
     max_num_seqs: int = 64,
     max_model_len: int = 2048,
-    dtype: str = "auto",
+    dtype: GenerationDtype = "auto",
     device: str | None = None,
     seed: int | None = None,
     request_timeout_s: float = 600.0,
@@ -31,8 +31,8 @@ def serve(
     if not Path(model_dir).is_dir():
         print(f"ascent serve: {model_dir} is not a directory (a transformers checkpoint)")
         return 2
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    chosen = DTYPES.get(dtype) or (torch.bfloat16 if device == "cuda" else torch.float32)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    chosen = generation_dtype(dtype, device)
     model = load_causal_lm(model_dir, dtype=chosen).to(device)
     tokenizer = load_tokenizer(model_dir)
     engine = NativeEngine(

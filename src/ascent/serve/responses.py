@@ -28,6 +28,16 @@ def token_strings(tokenizer: object, token_ids: list[int]) -> list[str]:
     return [tokenizer.decode([t]) for t in token_ids]
 
 
+def trace(prompt_ids: list[int], out: TokenOut) -> dict:
+    """The fields every choice adds to OpenAI's: what exactly was sampled, and by which
+    weights."""
+    return {
+        "token_ids": out.token_ids,
+        "prompt_token_ids": prompt_ids,
+        "weight_versions": out.weight_versions,
+    }
+
+
 def completion_choice(
     index: int,
     tokenizer: object,
@@ -43,9 +53,7 @@ def completion_choice(
         "text": text,
         "logprobs": None,
         "finish_reason": out.finish_reason,
-        "token_ids": out.token_ids,
-        "prompt_token_ids": prompt_ids,
-        "weight_versions": out.weight_versions,
+        **trace(prompt_ids, out),
     }
     if logprobs:
         strings = token_strings(tokenizer, out.token_ids)
@@ -82,9 +90,7 @@ def chat_choice(
         "message": message,
         "logprobs": None,
         "finish_reason": "tool_calls" if calls else out.finish_reason,
-        "token_ids": out.token_ids,
-        "prompt_token_ids": prompt_ids,
-        "weight_versions": out.weight_versions,
+        **trace(prompt_ids, out),
     }
     if logprobs:
         choice["logprobs"] = {

@@ -14,7 +14,7 @@ from ascent.algos.types import AggregationMode
 from ascent.data.rl import RLDataConfig
 from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, Strict
 from ascent.rewards.manager import RewardConfig
-from ascent.rollout.config import ServerConfig
+from ascent.rollout.config import ENGINE_HELP, GenerationDtype, RolloutEngine, ServerConfig
 from ascent.trainer.rl.presets import PRESETS
 from ascent.trainer.settings import ResourcesConfig, RunSettings
 from ascent.trainer.tracking import TrackingConfig
@@ -24,11 +24,7 @@ from ascent.workers.config import RolloutCorrectionSettings
 class RolloutSettings(Strict):
     """Generation."""
 
-    engine: Literal["native", "transformers", "vllm", "openai"] = Field(
-        "native",
-        description="Rollout engine: native (in-process), transformers (reference), vllm "
-        "(vLLM servers, refreshed every step), openai (a frozen endpoint; cannot train).",
-    )
+    engine: RolloutEngine = Field("native", description=ENGINE_HELP)
     server: ServerConfig = Field(
         ServerConfig(), description="Servers of the vllm and openai engines (ServerConfig)."
     )
@@ -42,9 +38,7 @@ class RolloutSettings(Strict):
     stop: list[str] = Field(default_factory=list, description="Stop strings (EOS always stops).")
     max_num_seqs: int = Field(256, ge=1, description="Sequences decoded at once per rank.")
     kv_cache_bytes: int | None = Field(None, gt=0, description="KV cache budget per rank.")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Generation dtype."
-    )
+    dtype: GenerationDtype = Field("auto", description="Generation dtype.")
     cuda_graphs: bool = Field(True, description="CUDA graphs for decode steps (CUDA only).")
     resources: ResourcesConfig | None = Field(
         None, description="Own devices for the rollout; None: colocated with the actor."

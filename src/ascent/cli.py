@@ -14,6 +14,9 @@ def main(argv: list[str] | None = None) -> int:
     quickstart.add_argument("--seed", type=int, default=0)
     quickstart.add_argument("--out", default="runs/quickstart", help="output directory")
     quickstart.add_argument("--steps", type=int, default=400, help="GRPO steps")
+    quickstart.add_argument(
+        "overrides", nargs="*", help="dotted overrides of the GRPO run, e.g. rollout.engine=vllm"
+    )
     sft = commands.add_parser("sft", help="supervised fine-tuning")
     sft.add_argument("config", help="YAML config file")
     sft.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=3e-4")
@@ -53,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "quickstart":
         from ascent.quickstart import run_quickstart
 
-        return run_quickstart(seed=args.seed, out_dir=args.out, steps=args.steps)
+        return run_quickstart(
+            seed=args.seed, out_dir=args.out, steps=args.steps, overrides=tuple(args.overrides)
+        )
     if args.command == "sft":
         return _sft(args)
     if args.command == "export":

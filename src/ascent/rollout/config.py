@@ -24,6 +24,13 @@ def generation_dtype(name: GenerationDtype, device: torch.device) -> torch.dtype
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
+KV_CACHE_HELP = (
+    "KV cache budget per rank. native: fewer slots than max_num_seqs if it binds (None: "
+    "max_num_seqs full-length slots). vllm: --kv-cache-memory-bytes (None: vLLM's own on a "
+    "GPU; on a CPU what max_num_seqs full-length sequences need, at least 64 MiB)."
+)
+
+
 class ServerConfig(Strict):
     """Generation servers in other processes (``engine: vllm`` or ``openai``)."""
 
@@ -47,6 +54,12 @@ class ServerConfig(Strict):
         default_factory=list,
         description="vllm: more server arguments, e.g. --gpu-memory-utilization.",
     )
+    weights_dir: str | None = Field(
+        None,
+        description="vllm: where each refresh's safetensors are written for the servers to "
+        "read; servers on other machines need a shared filesystem here (default: a new "
+        "directory in /dev/shm where it exists, else the temporary directory).",
+    )
     startup_timeout_s: float = Field(300.0, gt=0, description="Seconds a server may take to start.")
     request_timeout_s: float = Field(600.0, gt=0, description="Seconds one request may take.")
 
@@ -65,9 +78,7 @@ class RolloutConfig(Strict):
     stop_at_eos: bool = Field(True, description="Add the tokenizer's EOS to the stop tokens.")
     max_num_seqs: int = Field(64, ge=1, description="Sequences decoded at once (cache slots).")
     max_model_len: int = Field(2048, ge=2, description="Prompt + response limit.")
-    kv_cache_bytes: int | None = Field(
-        None, gt=0, description="KV cache budget; fewer slots than max_num_seqs if it binds."
-    )
+    kv_cache_bytes: int | None = Field(None, gt=0, description=KV_CACHE_HELP)
     dtype: GenerationDtype = Field(
         "auto", description="Generation dtype; auto: bfloat16 on CUDA, float32 on CPU."
     )

@@ -28,6 +28,7 @@ from ascent.rollout.config import RolloutConfig
 from ascent.rollout.protocol import Capability, PauseMode, RolloutBackend, TokenOut
 from ascent.rollout.server_process import ServerDied, ServerProcess
 from ascent.rollout.types import SamplingParams
+from ascent.rollout.weight_files import memory_directory
 
 
 class HTTPBackend(RolloutBackend):
@@ -220,11 +221,13 @@ class VLLMBackend(HTTPBackend):
         }
     )
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
+    def __init__(self, *args: object, weights_root: str | None = None, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.weights_path: str | None = None
         # Where the rollout worker writes each refresh (replaced in place every step).
-        self.weights_dir = Path(tempfile.mkdtemp(prefix="ascent-vllm-weights-"))
+        if weights_root is not None:
+            Path(weights_root).mkdir(parents=True, exist_ok=True)
+        self.weights_dir = Path(tempfile.mkdtemp(prefix="ascent-vllm-weights-", dir=weights_root))
 
     def _version(self) -> int:
         return self.version
@@ -282,7 +285,12 @@ def start_http_backend(
             request_timeout_s=server.request_timeout_s,
             headers=headers,
         )
-    from ascent.rollout.vllm_server import SERVED_NAME, start_vllm_servers, vllm_python
+    from ascent.rollout.vllm_server import (
+        SERVED_NAME,
+        cpu_kv_cache_bytes,
+        start_vllm_servers,
+        vllm_python,
+    )
 
     if server.urls:
         url = server.urls[rank % len(server.urls)]
@@ -291,15 +299,19 @@ def start_http_backend(
             server.model or SERVED_NAME,
             tokenizer=tokenizer,
             request_timeout_s=server.request_timeout_s,
+            weights_root=server.weights_dir or memory_directory(config.model.path),
         )
     from transformers import AutoConfig
 
     # The trainer derives max_model_len as prompt + response limits; vLLM refuses one beyond
     # the model's positions, where the native engine would never reach anyway.
-    positions = getattr(
-        AutoConfig.from_pretrained(config.model.path), "max_position_embeddings", None
-    )
+    model_config = AutoConfig.from_pretrained(config.model.path)
+    positions = getattr(model_config, "max_position_embeddings", None)
     max_model_len = min(config.max_model_len, positions or config.max_model_len)
+    cpu = device.type == "cpu"
+    kv_cache_bytes = config.kv_cache_bytes
+    if kv_cache_bytes is None and cpu:
+        kv_cache_bytes = cpu_kv_cache_bytes(model_config, max_model_len, config.max_num_seqs)
     log_dir = Path(tempfile.gettempdir()) / "ascent-vllm-logs" / f"{os.getpid()}-rank{rank}"
     processes = start_vllm_servers(
         1,
@@ -311,8 +323,8 @@ def start_http_backend(
         max_num_seqs=config.max_num_seqs,
         dtype="auto" if config.dtype == "auto" else config.dtype,
         seed=config.sampling.seed or 0,
-        kv_cache_bytes=config.kv_cache_bytes,
-        cpu=device.type == "cpu",
+        kv_cache_bytes=kv_cache_bytes,
+        cpu=cpu,
         extra_args=server.extra_args,
     )
     return VLLMBackend(
@@ -322,4 +334,5 @@ def start_http_backend(
         request_timeout_s=server.request_timeout_s,
         processes=processes,
         startup_timeout_s=server.startup_timeout_s,
+        weights_root=server.weights_dir or memory_directory(config.model.path),
     )

@@ -52,6 +52,23 @@ def vllm_command(
     return command + list(extra_args)
 
 
+MIN_CPU_KV_CACHE_BYTES = 64 << 20
+
+
+def cpu_kv_cache_bytes(model_config: object, max_model_len: int, max_num_seqs: int) -> int:
+    """The KV cache a CPU server gets when ``rollout.kv_cache_bytes`` is unset: what the native
+    engine would reserve, ``max_num_seqs`` sequences of ``max_model_len`` tokens at
+    2 * layers * kv_heads * head_dim * 4 bytes per token (float32, the upper bound), and at
+    least 64 MiB for vLLM's block rounding. Left to itself, vLLM's CPU backend reserves 92% of
+    the NUMA node's memory and refuses to start when other processes (the trainer) hold some.
+    """
+    heads = model_config.num_attention_heads
+    kv_heads = getattr(model_config, "num_key_value_heads", None) or heads
+    head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // heads
+    per_token = 2 * model_config.num_hidden_layers * kv_heads * head_dim * 4
+    return max(MIN_CPU_KV_CACHE_BYTES, per_token * max_model_len * max_num_seqs)
+
+
 def start_vllm_servers(
     count: int, log_dir: Path, timeout: float, **command_args: object
 ) -> list[ServerProcess]:

@@ -6,6 +6,7 @@ names every engine here loads.
 """
 
 import os
+import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -42,3 +43,14 @@ def read_weights(directory: str | Path) -> Iterator[tuple[str, Tensor]]:
         with safe_open(str(path), framework="pt") as handle:
             for name in handle.keys():  # noqa: SIM118 (safe_open is not a mapping)
                 yield name, handle.get_tensor(name)
+
+
+def memory_directory(model_dir: str | Path) -> str | None:
+    """``/dev/shm`` when it can hold the refresh files (a refresh then costs no disk writes),
+    else None (the temporary directory). Room for four times the checkpoint's safetensors: the
+    trainer may write float32 where the checkpoint is bfloat16, and the old file stays until
+    the new one is complete. A container's default /dev/shm (64 MiB) fails this."""
+    if not os.access("/dev/shm", os.W_OK):
+        return None
+    checkpoint = sum(f.stat().st_size for f in Path(model_dir).glob("*.safetensors"))
+    return "/dev/shm" if shutil.disk_usage("/dev/shm").free > 4 * checkpoint else None

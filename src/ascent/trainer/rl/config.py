@@ -14,7 +14,13 @@ from ascent.algos.types import AggregationMode
 from ascent.data.rl import RLDataConfig
 from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, Strict
 from ascent.rewards.manager import RewardConfig
-from ascent.rollout.config import ENGINE_HELP, GenerationDtype, RolloutEngine, ServerConfig
+from ascent.rollout.config import (
+    ENGINE_HELP,
+    KV_CACHE_HELP,
+    GenerationDtype,
+    RolloutEngine,
+    ServerConfig,
+)
 from ascent.trainer.rl.presets import PRESETS
 from ascent.trainer.settings import ResourcesConfig, RunSettings
 from ascent.trainer.tracking import TrackingConfig
@@ -37,7 +43,7 @@ class RolloutSettings(Strict):
     max_response_length: int = Field(512, ge=1, description="New tokens per response.")
     stop: list[str] = Field(default_factory=list, description="Stop strings (EOS always stops).")
     max_num_seqs: int = Field(256, ge=1, description="Sequences decoded at once per rank.")
-    kv_cache_bytes: int | None = Field(None, gt=0, description="KV cache budget per rank.")
+    kv_cache_bytes: int | None = Field(None, gt=0, description=KV_CACHE_HELP)
     dtype: GenerationDtype = Field("auto", description="Generation dtype.")
     cuda_graphs: bool = Field(True, description="CUDA graphs for decode steps (CUDA only).")
     resources: ResourcesConfig | None = Field(

@@ -1,0 +1,1 @@
+"""Agents: tools, tool-call parsers, environments and the multi-turn agent loop."""

@@ -1,0 +1,153 @@
+"""The agent loop: many episodes at once (asyncio) against one rollout backend, each a
+conversation of sampled assistant turns and environment steps, kept as exact tokens.
+
+    episode:  messages = env.reset(row)
+              repeat up to max_turns:
+                  out  = await backend.generate(sample's tokens so far)    # mask 1, exact
+                  step = env.step(assistant message)                       # tools run here
+                  stop if step.done, or the turn did not end by itself (length, abort)
+                  append the template's tokens for step.observations      # mask 0
+
+Every episode's requests go to the backend as they come, so the engine batches the turns of
+all episodes that are generating while others wait for their tools (continuous batching across
+sessions). Budgets: a sample's response (sampled and rendered tokens together) holds at most
+``max_response_tokens``; each tool result at most ``max_tool_response_tokens`` (cut, and
+marked as cut); a prompt that has outgrown ``max_model_len`` (after a new sample started on
+drift) ends the episode.
+"""
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ascent.agents.conversation import Conversation, DriftMode
+from ascent.agents.environment import Environment, Step
+from ascent.agents.trajectory import Trajectory
+from ascent.rollout.protocol import RolloutBackend
+from ascent.rollout.types import SamplingParams
+
+EpisodeEnd = Literal["done", "max_turns", "length", "abort"]
+TRUNCATED = "\n[... cut: the tool's output was longer than the limit]"
+
+
+@dataclass
+class AgentLimits:
+    max_turns: int = 4
+    max_response_tokens: int = 512
+    max_tool_response_tokens: int = 256
+    max_model_len: int = 2048
+    on_drift: DriftMode = "new_sample"
+
+
+@dataclass
+class Episode:
+    """One episode: its training samples, the conversation as messages, what ended it."""
+
+    samples: list[Trajectory]
+    messages: list[dict]
+    turns: int
+    end: EpisodeEnd
+    rewards: list[float] = field(default_factory=list)  # the environment's, one per turn
+    drifts: int = 0
+
+    @property
+    def reward(self) -> float:
+        return sum(self.rewards)
+
+
+async def run_episode(
+    backend: RolloutBackend,
+    tokenizer: Any,
+    environment: Environment,
+    row: dict,
+    sampling: SamplingParams,
+    limits: AgentLimits,
+) -> Episode:
+    """Play one episode (see the module docstring). ``sampling.seed``, when set, seeds the
+    first turn; turn t uses seed + t."""
+    messages = await _call(environment.reset, row)
+    tools = [tool.schema for tool in environment.tools] or None
+    conversation = Conversation(tokenizer, messages, tools=tools, on_drift=limits.on_drift)
+    rewards: list[float] = []
+    end: EpisodeEnd = "max_turns"
+    for turn in range(limits.max_turns):
+        sample = conversation.current
+        room = min(
+            limits.max_response_tokens - len(sample.response_ids),
+            limits.max_model_len - len(sample.token_ids),
+        )
+        if room <= 0:
+            end = "length"
+            break
+        params = sampling.model_copy(
+            update={
+                "n": 1,
+                "max_new_tokens": min(sampling.max_new_tokens, room),
+                "seed": None if sampling.seed is None else sampling.seed + turn,
+            }
+        )
+        out = await backend.generate(sample.token_ids, params)
+        message = conversation.add_assistant(out)
+        step: Step = await _call(environment.step, message)
+        rewards.append(float(step.reward))
+        if len(sample.response_ids):  # this turn's reward sits on its last sampled token
+            sample.turn_rewards.append((len(sample.response_ids) - 1, float(step.reward)))
+        if out.finish_reason != "stop":
+            end = "abort" if out.finish_reason == "abort" else "length"
+            break
+        if step.done:
+            end = "done"
+            break
+        if turn + 1 < limits.max_turns:
+            conversation.add_messages(_cut(step.observations, tokenizer, limits))
+    return Episode(
+        conversation.samples,
+        conversation.messages,
+        len(rewards),
+        end,
+        rewards,
+        conversation.drifts,
+    )
+
+
+async def run_episodes(
+    backend: RolloutBackend,
+    tokenizer: Any,
+    make_environment: Callable[[dict], Environment],
+    rows: list[dict],
+    sampling: SamplingParams,
+    limits: AgentLimits,
+) -> list[Episode]:
+    """``sampling.n`` episodes of every row, all at once; ordered by row, then sample. With a
+    seed, episode k (of all) seeds its turns from seed + 1000 * k."""
+    jobs = []
+    for index, row in enumerate(rows):
+        for sample in range(sampling.n):
+            k = index * sampling.n + sample
+            seed = None if sampling.seed is None else sampling.seed + 1000 * k
+            params = sampling.model_copy(update={"seed": seed})
+            jobs.append(run_episode(backend, tokenizer, make_environment(row), row, params, limits))
+    return list(await asyncio.gather(*jobs))
+
+
+def _cut(observations: list[dict], tokenizer: Any, limits: AgentLimits) -> list[dict]:
+    """Tool results cut to ``max_tool_response_tokens`` of their own tokens."""
+    kept = []
+    for message in observations:
+        content = message.get("content")
+        if message.get("role") == "tool" and isinstance(content, str):
+            ids = tokenizer(content, add_special_tokens=False)["input_ids"]
+            if len(ids) > limits.max_tool_response_tokens:
+                head = tokenizer.decode(ids[: limits.max_tool_response_tokens])
+                message = {**message, "content": head + TRUNCATED}
+        kept.append(message)
+    return kept
+
+
+async def _call(function: Callable, *arguments: Any) -> Any:
+    """Await a coroutine function; run a plain one on a worker thread."""
+    if inspect.iscoroutinefunction(function):
+        return await function(*arguments)
+    return await asyncio.to_thread(function, *arguments)

@@ -1,0 +1,61 @@
+"""The token record of one training sample of a multi-turn episode.
+
+A sample is ``prompt_ids`` followed by a response that interleaves two kinds of span:
+
+- sampled: the engine's token ids exactly as generated, with their rollout log-probs and
+  weight versions; ``response_mask`` 1. These are the tokens the policy is trained on.
+- rendered: what the chat template adds between assistant turns (the end of the assistant's
+  turn the model did not sample, tool results, user turns, the next assistant header);
+  ``response_mask`` 0, log-prob 0, weight version -1. The model attends to them and is not
+  trained on them.
+
+Nothing here re-tokenizes sampled text: the ids are appended as they came.
+"""
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Trajectory:
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    response_mask: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    weight_versions: list[int] = field(default_factory=list)
+    # (index into response_ids of a turn's last sampled token, that turn's reward)
+    turn_rewards: list[tuple[int, float]] = field(default_factory=list)
+
+    def add_sampled(
+        self, token_ids: list[int], log_probs: list[float], weight_versions: list[int]
+    ) -> None:
+        if not (len(token_ids) == len(log_probs) == len(weight_versions)):
+            raise ValueError(
+                f"a sampled span needs one log-prob and one weight version per token: "
+                f"{len(token_ids)} tokens, {len(log_probs)} log-probs, "
+                f"{len(weight_versions)} versions"
+            )
+        self.response_ids += token_ids
+        self.response_mask += [1] * len(token_ids)
+        self.log_probs += log_probs
+        self.weight_versions += weight_versions
+
+    def add_rendered(self, token_ids: list[int]) -> None:
+        self.response_ids += token_ids
+        self.response_mask += [0] * len(token_ids)
+        self.log_probs += [0.0] * len(token_ids)
+        self.weight_versions += [-1] * len(token_ids)
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` tokens of the response (and what belongs to them)."""
+        del self.response_ids[length:], self.response_mask[length:]
+        del self.log_probs[length:], self.weight_versions[length:]
+        self.turn_rewards = [(i, r) for i, r in self.turn_rewards if i < length]
+
+    @property
+    def token_ids(self) -> list[int]:
+        """Prompt and response: the sequence the model read and wrote."""
+        return self.prompt_ids + self.response_ids
+
+    @property
+    def sampled_count(self) -> int:
+        return sum(self.response_mask)

@@ -19,6 +19,9 @@ verl's rule, so rewards match a verl run on the same data.
 - countdown: ``ground_truth = {"target": t, "numbers": [...]}``; the last equation in
   ``<answer>...</answer>`` uses each number exactly once and evaluates to t.
 - exact_match: the stripped response equals the stripped ground truth.
+- codecontests, apps, codeforces, taco, prime_code (verl's ``prime_code``): the response's
+  code passes the test cases in the ground truth, each run in the sandbox
+  (``ascent.rewards.code``); the score is the share of tests passed.
 """
 
 import ast
@@ -26,6 +29,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ascent.rewards.code import code_tests
 from ascent.rewards.extract import (
     answer_line,
     gsm8k_answer,
@@ -121,6 +125,12 @@ BUILTIN_SCORERS: dict[str, Scorer] = {
     "arithmetic": arithmetic,
     "countdown": countdown,
     "exact_match": exact_match,
+    # verl's prime_code sources: tests in ground_truth, run in the sandbox
+    "codecontests": code_tests,
+    "apps": code_tests,
+    "codeforces": code_tests,
+    "taco": code_tests,
+    "prime_code": code_tests,
 }
 
 

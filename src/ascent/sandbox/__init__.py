@@ -1,0 +1,1 @@
+"""Running untrusted code: resource limits, namespaces where allowed, a pool."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from ascent.agents.config import AgentConfig
 from ascent.data.rl import RLDataConfig
 from ascent.data.sft import SFTDataConfig
 from ascent.engine.config import FSDPConfig, LoraSettings, ModelConfig, OptimConfig
@@ -61,6 +62,7 @@ DOCUMENTED: list[type[BaseModel]] = [
     ReferenceConfig,
     RolloutConfig,
     ServerConfig,
+    AgentConfig,
     SamplingParams,
     ModelConfig,
     LoraSettings,

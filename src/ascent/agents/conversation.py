@@ -29,13 +29,12 @@ inference. ``on_drift`` says what happens then:
 Nothing here re-tokenizes sampled text.
 """
 
-from typing import Any, Literal
+from typing import Any
 
+from ascent.agents.config import DriftMode
 from ascent.agents.trajectory import Trajectory
 from ascent.data.chat import render_chat
 from ascent.rollout.protocol import TokenOut
-
-DriftMode = Literal["new_sample", "repair"]
 
 
 class Conversation:

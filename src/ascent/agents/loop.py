@@ -51,6 +51,8 @@ class Episode:
     end: EpisodeEnd
     rewards: list[float] = field(default_factory=list)  # the environment's, one per turn
     drifts: int = 0
+    tool_calls: int = 0  # as the environment counts them (ToolEnvironment does)
+    tool_errors: int = 0
 
     @property
     def reward(self) -> float:
@@ -102,6 +104,7 @@ async def run_episode(
             break
         if turn + 1 < limits.max_turns:
             conversation.add_messages(_cut(step.observations, tokenizer, limits))
+    conversation.current.drop_trailing_rendered()  # nothing sampled follows them
     return Episode(
         conversation.samples,
         conversation.messages,
@@ -109,6 +112,8 @@ async def run_episode(
         end,
         rewards,
         conversation.drifts,
+        getattr(environment, "calls", 0),
+        getattr(environment, "errors", 0),
     )
 
 

@@ -51,6 +51,15 @@ class Trajectory:
         del self.log_probs[length:], self.weight_versions[length:]
         self.turn_rewards = [(i, r) for i, r in self.turn_rewards if i < length]
 
+    def drop_trailing_rendered(self) -> None:
+        """Drop the rendered tokens after the last sampled one (an episode that ended after
+        its environment answered): they train nothing, and the last token should be the
+        policy's, where outcome rewards go."""
+        keep = len(self.response_mask)
+        while keep and not self.response_mask[keep - 1]:
+            keep -= 1
+        self.truncate(keep)
+
     @property
     def token_ids(self) -> list[int]:
         """Prompt and response: the sequence the model read and wrote."""

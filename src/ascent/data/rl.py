@@ -49,6 +49,7 @@ class RLPrompt:
     ground_truth: Any
     extra_info: dict = field(default_factory=dict)
     ability: str | None = None
+    messages: list[dict] | None = None  # the chat prompt (an agent's environment starts here)
 
 
 def row_prompt(row: Row, tokenizer: Any, config: RLDataConfig) -> RLPrompt:
@@ -86,6 +87,7 @@ def _prompt(data: dict, tokenizer: Any, config: RLDataConfig) -> RLPrompt:
         data["reward_model"]["ground_truth"],
         extra,
         data.get("ability"),
+        prompt if config.chat_template else None,
     )
 
 
@@ -164,5 +166,6 @@ def prompts_batch(prompts: list[RLPrompt], pad_id: int, uid_prefix: str) -> Batc
             "data_source": [p.data_source for p in prompts],
             "ground_truth": [p.ground_truth for p in prompts],
             "extra_info": [p.extra_info for p in prompts],
+            "raw_prompt": [p.messages for p in prompts],
         }
     )

@@ -5,6 +5,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
+from ascent.agents.config import AgentConfig
 from ascent.engine.config import ModelConfig, Strict
 from ascent.rollout.types import SamplingParams
 
@@ -74,6 +75,11 @@ class RolloutConfig(Strict):
     )
     sampling: SamplingParams = Field(
         SamplingParams(), description="Default sampling; a generate call may override fields."
+    )
+    agent: AgentConfig | None = Field(
+        None,
+        description="Multi-turn episodes with tools or an environment (AgentConfig); None: "
+        "one response per prompt.",
     )
     stop_at_eos: bool = Field(True, description="Add the tokenizer's EOS to the stop tokens.")
     max_num_seqs: int = Field(64, ge=1, description="Sequences decoded at once (cache slots).")

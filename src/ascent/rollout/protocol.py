@@ -193,6 +193,10 @@ class RolloutBackend:
     async def close(self) -> None:
         """Release what the backend started (threads, servers, connections)."""
 
+    async def release_connections(self) -> None:
+        """Drop what is bound to the running event loop (``asyncio.run`` is about to end
+        it); in-process backends hold nothing of the kind."""
+
 
 def render_chat(tokenizer: object, messages: list[dict], tools: list[dict] | None) -> list[int]:
     """The chat template's token ids for ``messages`` with the assistant prompt appended."""

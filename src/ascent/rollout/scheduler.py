@@ -209,7 +209,8 @@ class Scheduler:
         count = int(self.length[slot])
         tail = max(len(s) for s in stops) + 8  # tokens are at least one character
         ids = self.tokens[slot, max(0, count - tail) : count].tolist()
-        text = self.engine.tokenizer.decode(ids)
+        # Special tokens are not text (as in vLLM): "<|endoftext|>" does not contain "e".
+        text = self.engine.tokenizer.decode(ids, skip_special_tokens=True)
         return any(stop in text for stop in stops)
 
     def _sample_of(

@@ -25,8 +25,9 @@ class SamplingParams(Strict):
     )
     stop: list[str] = Field(
         default_factory=list,
-        description="Strings that end a response once its decoded text contains one; the "
-        "token that completes the string is kept (needs a tokenizer).",
+        description="Strings that end a response once its decoded text (special tokens "
+        "left out, as in vLLM) contains one; the token that completes the string is kept "
+        "(needs a tokenizer).",
     )
     seed: int | None = Field(None, description="Seed of the sampling generator (None: random).")
     logprobs: bool = Field(True, description="Return each sampled token's log-prob.")

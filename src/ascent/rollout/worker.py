@@ -39,6 +39,7 @@ class RolloutWorker(Worker):
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id or 0
         self._update: WeightUpdate | dict | None = None
+        self._environments = None  # rollout.agent: a row -> a fresh environment
         self.engine = None  # an in-process engine (native, transformers)
         if cfg.engine in ("vllm", "openai"):
             self.backend = start_http_backend(cfg, self.tokenizer, self.ctx.dp_rank, self.device)
@@ -88,6 +89,8 @@ class RolloutWorker(Worker):
         if missing:
             raise KeyError(f"rollout needs batch fields {missing}; the batch has {batch.keys()}")
         params = self.sampling(sampling)
+        if self.config.agent is not None:
+            return self._episodes(batch, params)
         prompts = [
             row[mask.bool()].tolist()
             for row, mask in zip(batch["prompts"], batch["prompt_mask"], strict=True)
@@ -99,6 +102,48 @@ class RolloutWorker(Worker):
         if self.config.free_cache_after_generate and hasattr(self.engine, "sleep"):
             self.engine.sleep()
         return self._as_batch(batch, samples, params)
+
+    def _episodes(self, batch: Batch, params: SamplingParams) -> Batch:
+        """``params.n`` multi-turn episodes per row (``rollout.agent``), as training rows."""
+        # Imported here: the agent layer builds on the rollout package, not the reverse.
+        from ascent.agents.episodes import environment_factory, episodes_batch
+        from ascent.agents.loop import AgentLimits, run_episodes
+
+        if self.backend is None:
+            raise ValueError("rollout.agent needs a request-level engine: native or vllm")
+        if self._environments is None:
+            self._environments = environment_factory(self.config.agent)
+        agent = self.config.agent
+        limits = AgentLimits(
+            max_turns=agent.max_turns,
+            max_response_tokens=params.max_new_tokens,
+            max_tool_response_tokens=agent.max_tool_response_tokens,
+            max_model_len=self.config.max_model_len,
+            on_drift=agent.on_template_drift,
+        )
+        rows = [
+            {
+                "prompt": batch["raw_prompt"][i],
+                "data_source": batch["data_source"][i],
+                "reward_model": {"ground_truth": batch["ground_truth"][i]},
+                "extra_info": batch["extra_info"][i],
+            }
+            for i in range(len(batch))
+        ]
+
+        async def play() -> list:
+            try:
+                return await run_episodes(
+                    self.backend, self.tokenizer, self._environments, rows, params, limits
+                )
+            finally:
+                await self.backend.release_connections()
+
+        episodes = asyncio.run(play())
+        if self.config.free_cache_after_generate and hasattr(self.engine, "sleep"):
+            self.engine.sleep()
+        out = episodes_batch(batch, episodes, params.n, params.max_new_tokens, self.pad_id)
+        return out.with_meta(weight_version=self.weight_version)
 
     def _as_batch(self, batch: Batch, samples: list[Sample], params: SamplingParams) -> Batch:
         width = params.max_new_tokens

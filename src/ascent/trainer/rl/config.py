@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from ascent.agents.config import AgentConfig
 from ascent.algos.advantages import ADVANTAGE_ESTIMATORS
 from ascent.algos.kl import kl_estimator_name
 from ascent.algos.losses import POLICY_LOSSES
@@ -33,6 +34,11 @@ class RolloutSettings(Strict):
     engine: RolloutEngine = Field("native", description=ENGINE_HELP)
     server: ServerConfig = Field(
         ServerConfig(), description="Servers of the vllm and openai engines (ServerConfig)."
+    )
+    agent: AgentConfig | None = Field(
+        None,
+        description="Multi-turn episodes with tools or an environment (AgentConfig); None: "
+        "one response per prompt.",
     )
     samples_per_prompt: int = Field(8, ge=1, description="Responses sampled per prompt (group).")
     temperature: float = Field(
@@ -303,6 +309,17 @@ def make_plan(config: RLConfig) -> Plan:
             f"data.prompts_per_step={prompts} must be a multiple of the rollout's {rollout_world} "
             "rank(s) (each generates an equal share of the prompts)"
         )
+    if config.rollout.agent is not None:
+        if not config.data.chat_template:
+            raise ValueError(
+                "rollout.agent needs data.chat_template=true: episodes are conversations, "
+                "rendered with the model's chat template"
+            )
+        if config.rollout.engine not in ("native", "vllm"):
+            raise ValueError(
+                f"rollout.agent needs rollout.engine native or vllm (request-level engines), "
+                f"not {config.rollout.engine}"
+            )
     return Plan(
         estimator=estimator,
         estimator_params=estimator_params,

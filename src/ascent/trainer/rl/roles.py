@@ -68,6 +68,7 @@ def rollout_config(config: RLConfig, colocated: bool) -> RolloutConfig:
         model=config.model.model_copy(update={"lora": None}),
         engine=r.engine,
         server=r.server,
+        agent=r.agent,
         sampling=SamplingParams(
             n=r.samples_per_prompt,
             temperature=r.temperature,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from ascent.agents.episodes import agent_metrics
 from ascent.algos.group_filter import groups_with_signal
 from ascent.batch import Batch
 from ascent.config import dump_config
@@ -128,6 +129,8 @@ class RLRun:
             seed = cfg.trainer.seed * 1_000_003 + step * 101 + round_index
             with self.timer("gen"):
                 batch = self.rollout.generate(prompts, sampling={"seed": seed})
+            if "episode" in batch:  # rollout.agent
+                metrics.update(agent_metrics(batch))
             with self.timer("reward"):
                 batch, counts = self.rewards.score(batch)
                 if self.plan.greedy_baseline:

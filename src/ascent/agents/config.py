@@ -1,0 +1,46 @@
+"""``rollout.agent``: multi-turn episodes instead of one response per prompt."""
+
+from typing import Literal
+
+from pydantic import Field
+
+from ascent.engine.config import Strict
+
+DriftMode = Literal["new_sample", "repair"]
+
+
+class AgentConfig(Strict):
+    """Episodes of assistant turns and environment steps (tools, users), trained as exact
+    tokens: sampled tokens with mask 1, everything else with mask 0."""
+
+    environment: str = Field(
+        "tools",
+        description="tools: run the functions listed in `tools` until the model answers "
+        "without a call; or an ascent.agents.Environment subclass as 'module:Class' or "
+        "'file.py:Class'.",
+    )
+    environments: dict[str, str] = Field(
+        default_factory=dict,
+        description="More environments by name ('module:Class'); a row's "
+        "extra_info.agent_name picks one (verl's agent_name); 'tools' and 'tool_agent' name "
+        "the tool environment.",
+    )
+    tools: list[str] = Field(
+        default_factory=list,
+        description="Tool functions as 'module:function' or 'file.py:function' (schema from "
+        "type hints and docstring); 'python' is a Python interpreter in the sandbox.",
+    )
+    tool_parser: str = Field(
+        "hermes", description="How tool calls are read from text: hermes, or 'module:function'."
+    )
+    max_turns: int = Field(4, ge=1, description="Assistant turns per episode.")
+    max_tool_response_tokens: int = Field(
+        256, ge=1, description="A tool result longer than this is cut (and marked as cut)."
+    )
+    on_template_drift: DriftMode = Field(
+        "new_sample",
+        description="When the chat template rewrites earlier turns: new_sample (end the "
+        "sample, start another from the template's rendering) or repair (follow the "
+        "rendering from the first differing token).",
+    )
+    sandbox_workers: int = Field(4, ge=1, description="Sandboxes run at once (the python tool).")

@@ -1,0 +1,147 @@
+"""Episodes in the rollout worker: the environment of each row (``rollout.agent``), and the
+episodes' samples in the training batch layout.
+
+Batch layout of a multi-turn sample: ``prompts`` / ``prompt_mask`` (left-padded) are its
+prompt; ``responses`` (right-padded to R) interleave sampled and rendered tokens;
+``attention_mask`` is 1 on every real token (the model reads tool output), ``response_mask``
+1 only on sampled tokens (the losses see only the policy's own tokens); ``rollout_log_probs``
+are 0 on rendered tokens. An episode whose template drifted gives several samples: each is a
+row with the prompt's uid (so its group), and ``episode`` says which episode it came from.
+"""
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+
+from ascent.agents.config import AgentConfig
+from ascent.agents.environment import Environment, ToolEnvironment
+from ascent.agents.loop import Episode
+from ascent.agents.tools import Tool, function_tool
+from ascent.batch import Batch
+from ascent.importing import load_object
+from ascent.rollout.tool_calls import tool_call_parser
+
+TOOL_ENVIRONMENTS = ("tools", "tool_agent")
+
+
+def environment_factory(config: AgentConfig) -> Callable[[dict], Environment]:
+    """A function from a row to a fresh environment for its episode."""
+    tools = _tools(config)
+    parser = tool_call_parser(config.tool_parser)
+    by_name: dict[str, Callable[[], Environment]] = {}
+    for name, spec in {"default": config.environment, **config.environments}.items():
+        if spec in TOOL_ENVIRONMENTS:
+            by_name[name] = partial(ToolEnvironment, tools, parser)
+        else:
+            by_name[name] = _environment_class(spec, name)
+
+    def make(row: dict) -> Environment:
+        name = (row.get("extra_info") or {}).get("agent_name")
+        if name is None:
+            return by_name["default"]()
+        if name in TOOL_ENVIRONMENTS and name not in by_name:
+            return ToolEnvironment(tools, parser)
+        if name not in by_name:
+            raise KeyError(
+                f"row asks for agent_name {name!r}, which rollout.agent.environments does not "
+                f"name (it names {sorted(set(by_name) - {'default'})}; built in: tools)"
+            )
+        return by_name[name]()
+
+    return make
+
+
+def _environment_class(spec: str, name: str) -> Callable[[], Environment]:
+    found = load_object(spec)
+    if not (isinstance(found, type) and issubclass(found, Environment)):
+        raise TypeError(
+            f"rollout.agent environment {name!r} = {spec!r} is not an "
+            "ascent.agents.Environment subclass"
+        )
+    return found
+
+
+def _tools(config: AgentConfig) -> list[Tool]:
+    tools = []
+    for spec in config.tools:
+        if spec == "python":
+            from ascent.agents.python_tool import python_tool
+            from ascent.sandbox.pool import SandboxPool
+
+            tools.append(python_tool(SandboxPool(config.sandbox_workers)))
+        else:
+            tools.append(function_tool(load_object(spec)))
+    return tools
+
+
+def episodes_batch(batch: Batch, episodes: list[Episode], n: int, width: int, pad_id: int) -> Batch:
+    """The rows of ``episodes`` (``n`` per input row, in order) in the layout above, every
+    other field of the input row copied along, and per row: ``episode`` (its index in this
+    call), ``turns``, ``tool_calls``, ``tool_errors`` and ``finish_reason`` (how the episode
+    ended: done, max_turns, length, abort)."""
+    rows, samples, episode_ids = [], [], []
+    for index, episode in enumerate(episodes):
+        # A sample that drift started and the budget ended before a turn trains nothing.
+        for sample in [s for s in episode.samples if s.sampled_count] or episode.samples[:1]:
+            rows.append(index // n)
+            samples.append(sample)
+            episode_ids.append(index)
+    prompt_width = max(len(s.prompt_ids) for s in samples)
+    count = len(samples)
+    prompts = torch.full((count, prompt_width), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros(count, prompt_width, dtype=torch.long)
+    responses = torch.full((count, width), pad_id, dtype=torch.long)
+    attention = torch.zeros(count, width, dtype=torch.long)
+    response_mask = torch.zeros(count, width, dtype=torch.long)
+    log_probs = torch.zeros(count, width, dtype=torch.float32)
+    for row, sample in enumerate(samples):
+        p, r = len(sample.prompt_ids), len(sample.response_ids)
+        if r > width:
+            raise ValueError(f"an episode's sample has {r} response tokens, over the {width} limit")
+        prompts[row, prompt_width - p :] = torch.tensor(sample.prompt_ids)
+        prompt_mask[row, prompt_width - p :] = 1
+        responses[row, :r] = torch.tensor(sample.response_ids)
+        attention[row, :r] = 1
+        response_mask[row, :r] = torch.tensor(sample.response_mask)
+        log_probs[row, :r] = torch.tensor(sample.log_probs)
+    out = batch.drop(*(k for k in ("prompts", "prompt_mask") if k in batch)).index(rows)
+    out = out.assign(
+        prompts=prompts,
+        prompt_mask=prompt_mask,
+        responses=responses,
+        response_mask=response_mask,
+        rollout_log_probs=log_probs,
+        input_ids=torch.cat([prompts, responses], dim=1),
+        attention_mask=torch.cat([prompt_mask, attention], dim=1),
+        finish_reason=[episodes[e].end for e in episode_ids],
+        episode=episode_ids,
+        turns=[episodes[e].turns for e in episode_ids],
+        tool_calls=[episodes[e].tool_calls for e in episode_ids],
+        tool_errors=[episodes[e].tool_errors for e in episode_ids],
+    )
+    return out
+
+
+def agent_metrics(batch: Batch) -> dict[str, float]:
+    """Means over a rollout batch's episodes (its first row each): turns, tool calls and
+    errors, how episodes ended; samples per episode (above 1 where templates drifted)."""
+    first: dict[tuple, int] = {}
+    for row, key in enumerate(zip(batch["uid"], batch["episode"], strict=True)):
+        first.setdefault(key, row)
+    rows = list(first.values())
+    count = len(rows)
+
+    def mean(field: str) -> float:
+        return sum(float(batch[field][r]) for r in rows) / count
+
+    ends = [batch["finish_reason"][r] for r in rows]
+    metrics = {
+        "agent/turns/mean": mean("turns"),
+        "agent/tool_calls/mean": mean("tool_calls"),
+        "agent/tool_errors/mean": mean("tool_errors"),
+        "agent/samples_per_episode": len(batch) / count,
+    }
+    for end in ("done", "max_turns", "length", "abort"):
+        metrics[f"agent/end/{end}"] = ends.count(end) / count
+    return metrics

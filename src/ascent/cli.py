@@ -175,12 +175,14 @@ def _run_failures() -> tuple[type[BaseException], ...]:
 
 
 def _failed(command: str, error: BaseException, run_dir: str) -> int:
-    from ascent.trainer.checkpoints import Checkpoints, SaveFailed
+    """The error, then always the same last line (where to resume), whatever failed: a
+    worker that dies while a checkpoint is written fails the save, and says so above it."""
+    from ascent.trainer.checkpoints import Checkpoints
 
     latest = Checkpoints(run_dir).latest()
     _stop_ray_output()
     print(f"ascent {command}: {error}", file=sys.stderr)
-    if latest is not None and not isinstance(error, SaveFailed):  # it names the last one
+    if latest is not None:
         print(
             f"ascent {command}: the last checkpoint is {latest}; rerun the same command "
             "(trainer.resume=auto) to continue from it",

@@ -12,8 +12,14 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     quickstart = commands.add_parser("quickstart", help="SFT then GRPO on a tiny model, on a CPU")
     quickstart.add_argument("--seed", type=int, default=0)
-    quickstart.add_argument("--out", default="runs/quickstart", help="output directory")
-    quickstart.add_argument("--steps", type=int, default=400, help="GRPO steps")
+    quickstart.add_argument(
+        "--task",
+        choices=["addition", "tools"],
+        default="addition",
+        help="addition: single-turn a+b; tools: multi-turn a*b with a multiply tool",
+    )
+    quickstart.add_argument("--out", help="output directory (runs/quickstart[-tools])")
+    quickstart.add_argument("--steps", type=int, help="GRPO steps (400 addition, 150 tools)")
     quickstart.add_argument(
         "overrides", nargs="*", help="dotted overrides of the GRPO run, e.g. rollout.engine=vllm"
     )
@@ -54,11 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument("overrides", nargs="*", help="dotted overrides")
     args = parser.parse_args(argv)
     if args.command == "quickstart":
-        from ascent.quickstart import run_quickstart
-
-        return run_quickstart(
-            seed=args.seed, out_dir=args.out, steps=args.steps, overrides=tuple(args.overrides)
-        )
+        return _quickstart(args)
     if args.command == "sft":
         return _sft(args)
     if args.command == "export":
@@ -124,6 +126,18 @@ def _sft(args: argparse.Namespace) -> int:
         return _failed(args.command, error, config.trainer.run_dir)
     print(f"validation loss: {[round(loss, 4) for _, loss in result['val_loss']]}")
     return _stopped(result)
+
+
+def _quickstart(args: argparse.Namespace) -> int:
+    if args.task == "tools":
+        from ascent.quickstart.tools_run import run_tools_quickstart as run
+
+        out, steps = args.out or "runs/quickstart-tools", args.steps or 150
+    else:
+        from ascent.quickstart import run_quickstart as run
+
+        out, steps = args.out or "runs/quickstart", args.steps or 400
+    return run(seed=args.seed, out_dir=out, steps=steps, overrides=tuple(args.overrides))
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -1,10 +1,13 @@
-"""``rollout.agent``: environments by name and import path, tools from config."""
+"""``rollout.agent``: environments by name and import path, tools from config, and an
+episode's outcome shared by its samples."""
 
 import pytest
+import torch
 
 from ascent.agents.config import AgentConfig
 from ascent.agents.environment import ToolEnvironment
-from ascent.agents.episodes import environment_factory
+from ascent.agents.episodes import environment_factory, episode_outcomes
+from ascent.batch import Batch
 from tests.agents.envs import Again
 
 ROW = {"prompt": [{"role": "user", "content": "hi"}]}
@@ -34,3 +37,30 @@ def test_rows_pick_their_environment_and_tools_come_from_import_paths():
 def test_an_environment_that_is_not_one_is_refused_by_name():
     with pytest.raises(TypeError, match=r"'default' = 'tests\.agents\.envs:ROWS' is not an"):
         environment_factory(AgentConfig(environment="tests.agents.envs:ROWS"))
+
+
+def test_every_sample_of_an_episode_gets_its_outcome_and_the_environments_rewards():
+    """Episode 0 drifted into two samples (rows 0, 1); episode 1 is one sample (row 2). The
+    scorer saw each row alone: only row 1 holds episode 0's final answer."""
+    batch = Batch.from_dict(
+        {
+            "uid": ["p", "p", "p"],
+            "episode": [0, 0, 1],
+            "scores": torch.tensor([0.0, 1.0, 0.0]),
+            "acc": torch.tensor([0.0, 1.0, 0.0]),
+            "reward_extra/pred": torch.tensor([3.0, 7.0, 5.0]),
+            "token_rewards": torch.tensor([[0.0, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 0]]),
+            "attention_mask": torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0], [1] * 6]),
+            "turn_rewards": [[(0, 0.5)], [(1, 0.25)], [(2, -1.0), (3, 2.0)]],
+        }
+    )
+    out = episode_outcomes(batch)
+    assert out["scores"].tolist() == [1.75, 1.75, 1.0]  # outcome + the episode's env rewards
+    assert out["acc"].tolist() == [1.0, 1.0, 0.0]
+    assert out["reward_extra/pred"].tolist() == [7.0, 7.0, 5.0]
+    assert out["env_reward"].tolist() == [0.75, 0.75, 1.0]
+    assert out["token_rewards"].tolist() == [
+        [0.5, 1.0, 0.0, 0.0],  # row 0: its turn's 0.5, and the outcome on its last token
+        [0.0, 0.25, 1.0, 0.0],
+        [0.0, 0.0, -1.0, 2.0],
+    ]

@@ -30,6 +30,11 @@ class AgentConfig(Strict):
         description="Tool functions as 'module:function' or 'file.py:function' (schema from "
         "type hints and docstring); 'python' is a Python interpreter in the sandbox.",
     )
+    tools_in_prompt: bool = Field(
+        True,
+        description="Show the tools' schemas to the chat template (false: the model knows its "
+        "tools from training, and prompts stay short).",
+    )
     tool_parser: str = Field(
         "hermes", description="How tool calls are read from text: hermes, or 'module:function'."
     )

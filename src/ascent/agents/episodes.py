@@ -119,8 +119,37 @@ def episodes_batch(batch: Batch, episodes: list[Episode], n: int, width: int, pa
         turns=[episodes[e].turns for e in episode_ids],
         tool_calls=[episodes[e].tool_calls for e in episode_ids],
         tool_errors=[episodes[e].tool_errors for e in episode_ids],
+        turn_rewards=[sample.turn_rewards for sample in samples],
     )
     return out
+
+
+def episode_outcomes(batch: Batch) -> Batch:
+    """After scoring, in place of each row's own: the episode's outcome. The scorer saw each
+    row's own response, and an episode's last sample holds its final answer, so that row's
+    ``scores``, ``acc`` and ``reward_extra/*`` become every sample's. The environment's
+    rewards are added: each turn's on its last sampled token in ``token_rewards`` (of the
+    sample that holds the turn), and the episode's total (``env_reward``) to ``scores``.
+    ``token_rewards`` carries the outcome on each row's last token, as the scorer put it."""
+    keys = list(zip(batch["uid"], batch["episode"], strict=True))
+    last = {key: row for row, key in enumerate(keys)}
+    source = torch.tensor([last[key] for key in keys])
+    names = batch.keys()
+    shared = [k for k in names if k in ("scores", "acc") or k.startswith("reward_extra/")]
+    fields = {k: batch[k][source] for k in shared}
+    totals: dict[tuple, float] = {}
+    for key, turns in zip(keys, batch["turn_rewards"], strict=True):
+        totals[key] = totals.get(key, 0.0) + sum(reward for _, reward in turns)
+    env = torch.tensor([totals[key] for key in keys], dtype=torch.float32)
+    fields["scores"] = fields["scores"] + env
+    width = batch["token_rewards"].shape[1]
+    token_rewards = torch.zeros(len(batch), width)
+    lengths = batch["attention_mask"][:, -width:].sum(dim=1).clamp(min=1)
+    token_rewards[torch.arange(len(batch)), lengths - 1] = batch["scores"][source]
+    for row, turns in enumerate(batch["turn_rewards"]):
+        for position, reward in turns:
+            token_rewards[row, position] += reward
+    return batch.assign(token_rewards=token_rewards, env_reward=env, **fields)
 
 
 def agent_metrics(batch: Batch) -> dict[str, float]:
@@ -138,6 +167,7 @@ def agent_metrics(batch: Batch) -> dict[str, float]:
     ends = [batch["finish_reason"][r] for r in rows]
     metrics = {
         "agent/turns/mean": mean("turns"),
+        "agent/used_tools": sum(batch["tool_calls"][r] > 0 for r in rows) / count,
         "agent/tool_calls/mean": mean("tool_calls"),
         "agent/tool_errors/mean": mean("tool_errors"),
         "agent/samples_per_episode": len(batch) / count,

@@ -18,19 +18,30 @@ steps, well inside the default 600, so for them nothing changes.
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from ascent.controller import ResourcePool, Role, spawn_groups
 from ascent.data.rl import RLPrompt, prompts_batch
-from ascent.data.sft import plain_example
+from ascent.data.sft import SFTExample, plain_example
 from ascent.models.loading import load_tokenizer
 from ascent.quickstart.task import Pair, answer, question
 from ascent.rollout import RolloutConfig, RolloutWorker
 from ascent.rollout.types import response_lengths
 from ascent.trainer.sft import collate
 from ascent.workers.sft import SFTWorker, SFTWorkerConfig
+
+
+@dataclass(frozen=True)
+class WarmStartTask:
+    """What a warm start trains on and how it checks progress: SFT examples of training
+    pairs, greedy accuracy on development pairs, and the checking rollout's settings."""
+
+    examples: Callable[[object, list], list[SFTExample]]
+    accuracy: Callable[[object, object, list], float]
+    rollout: dict = field(default_factory=dict)
 
 
 def greedy_accuracy(rollout: object, tokenizer: object, pairs: list[Pair]) -> float:
@@ -47,6 +58,14 @@ def greedy_accuracy(rollout: object, tokenizer: object, pairs: list[Pair]) -> fl
 
 def _prompt_ids(tokenizer: object, pair: Pair) -> list[int]:
     return tokenizer(question(pair), add_special_tokens=False)["input_ids"]
+
+
+ADDITION = WarmStartTask(
+    examples=lambda tokenizer, pairs: [
+        plain_example(tokenizer, question(p), answer(p)) for p in pairs
+    ],
+    accuracy=greedy_accuracy,
+)
 
 
 def attempt_seed(seed: int, attempt: int) -> int:
@@ -67,6 +86,7 @@ def warm_start(
     max_steps: int = 2000,
     batch_size: int = 64,
     lr: float = 1e-3,
+    task: WarmStartTask = ADDITION,
 ) -> dict:
     """``base_model(attempt)`` writes a freshly initialised model and returns its directory
     (attempt 0 is the run's own seed). Returns the last attempt's steps and development
@@ -84,6 +104,7 @@ def warm_start(
             max_steps=max_steps if last else plateau_steps,
             batch_size=batch_size,
             lr=lr,
+            task=task,
         )
         if result["dev_accuracy"] >= target or last:
             break
@@ -108,17 +129,21 @@ def _train_until(
     batch_size: int = 64,
     lr: float = 1e-3,
     check_every: int = 10,
+    task: WarmStartTask = ADDITION,
 ) -> dict:
     """SFT until the development accuracy reaches ``target`` or ``max_steps``; exports the
     model to ``out_dir`` either way. Returns steps and the development accuracy reached."""
     tokenizer = load_tokenizer(model_dir)
-    examples = [plain_example(tokenizer, question(p), answer(p)) for p in train]
+    examples = task.examples(tokenizer, train)
     sft_config = SFTWorkerConfig(model={"path": model_dir}, optim={"lr": lr, "warmup_steps": 20})
     rollout_config = RolloutConfig(
-        model={"path": model_dir},
-        max_model_len=64,
-        max_num_seqs=256,
-        free_cache_after_generate=False,
+        **{
+            "model": {"path": model_dir},
+            "max_model_len": 64,
+            "max_num_seqs": 256,
+            "free_cache_after_generate": False,
+            **task.rollout,
+        }
     )
     groups = spawn_groups(
         {
@@ -139,7 +164,7 @@ def _train_until(
             step += 1
             if step % check_every == 0:
                 rollout.sync_from_colocated("sft")
-                accuracy = greedy_accuracy(rollout, tokenizer, dev)
+                accuracy = task.accuracy(rollout, tokenizer, dev)
                 print(f"  SFT step {step}: development accuracy {accuracy:.0%}", flush=True)
                 if accuracy >= target:
                     break

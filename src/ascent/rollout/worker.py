@@ -120,6 +120,7 @@ class RolloutWorker(Worker):
             max_tool_response_tokens=agent.max_tool_response_tokens,
             max_model_len=self.config.max_model_len,
             on_drift=agent.on_template_drift,
+            tools_in_prompt=agent.tools_in_prompt,
         )
         rows = [
             {

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ascent.agents.episodes import agent_metrics
+from ascent.agents.episodes import agent_metrics, episode_outcomes
 from ascent.algos.group_filter import groups_with_signal
 from ascent.batch import Batch
 from ascent.config import dump_config
@@ -133,6 +133,8 @@ class RLRun:
                 metrics.update(agent_metrics(batch))
             with self.timer("reward"):
                 batch, counts = self.rewards.score(batch)
+                if "episode" in batch:  # an episode's outcome is all its samples'
+                    batch = episode_outcomes(batch)
                 if self.plan.greedy_baseline:
                     batch = batch.assign(baseline_scores=self._greedy_scores(prompts, seed))
             for key, value in counts.items():
@@ -192,7 +194,15 @@ class RLRun:
         batch = self.rollout.generate(
             prompts_batch(prompts, self.pad_id, "val"), sampling={"n": 1, "temperature": 0.0}
         )
-        scored, failures = self.rewards.score(batch.index(slice(0, len(self.val_prompts))))
+        if "episode" in batch:  # rollout.agent: rows per prompt vary; each episode's last
+            batch, failures = self.rewards.score(batch)
+            batch = episode_outcomes(batch)
+            keys = list(zip(batch["uid"], batch["episode"], strict=True))
+            last = {key: row for row, key in enumerate(keys)}
+            real = {f"val-{i}" for i in range(len(self.val_prompts))}
+            scored = batch.index(sorted(row for key, row in last.items() if key[0] in real))
+        else:
+            scored, failures = self.rewards.score(batch.index(slice(0, len(self.val_prompts))))
         by_source: dict[str, list[int]] = defaultdict(list)
         for row, source in enumerate(scored["data_source"]):
             by_source[source].append(row)
@@ -202,6 +212,8 @@ class RLRun:
         for source, rows in by_source.items():
             metrics[f"val/{source}/acc"] = float(scored["acc"][rows].mean())
             metrics[f"val/{source}/score"] = float(scored["scores"][rows].mean())
+        if "episode" in scored:
+            metrics |= {f"val/{k}": v for k, v in agent_metrics(scored).items()}
         return metrics
 
     def log(self, step: int, batch: Batch, metrics: dict[str, float], printer: object) -> None:

@@ -1,0 +1,169 @@
+"""Agent-loop throughput against single-turn generation on the same engine, and the
+sandbox's calls/s: one model, one run, interleaved repeats (medians).
+
+Model: the quickstart's shape (Qwen2, hidden 128, 4 layers, byte vocabulary; about 1M
+parameters), random weights. Single-turn: --episodes prompts, each answered with
+--turns x --turn-tokens new tokens in one ``generate_batch`` call (EOS ignored). Agent loop:
+--episodes episodes of --turns turns of --turn-tokens tokens each, a tool answering every
+turn with a short message (rendered and appended through the chat template), all episodes at
+once against the native backend (its step thread batches their turns). Both count generated
+tokens over the wall time; the agent loop also reports turns/s. Sandbox: --sandbox-calls
+Python programs (``print(sum(range(1000)))``) through a pool of --sandbox-workers, and the
+same one at a time.
+
+    .venv/bin/python bench/agent.py [--json PATH]
+"""
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ascent.agents.environment import Environment, Step
+from ascent.agents.loop import AgentLimits, run_episodes
+from ascent.models import build_tiny_model, load_causal_lm, load_tokenizer
+from ascent.rollout.engine import NativeEngine
+from ascent.rollout.native_backend import NativeBackend
+from ascent.rollout.types import SamplingParams
+from ascent.sandbox.isolation import isolation
+from ascent.sandbox.pool import SandboxPool
+from ascent.sandbox.run import run_python
+
+SLOTS = 64
+
+
+class Calculator(Environment):
+    """Answers every turn with a tool message, for a fixed number of turns."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns, self.seen = turns, 0
+
+    def reset(self, row: dict) -> list[dict]:
+        return [{"role": "user", "content": row["question"]}]
+
+    def step(self, message: dict) -> Step:
+        self.seen += 1
+        return Step([{"role": "tool", "content": "12345"}], 0.0, self.seen >= self.turns)
+
+
+def single_turn(backend, tokenizer, episodes, tokens):
+    prompts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"question {i}"}], add_generation_prompt=True
+        )
+        for i in range(episodes)
+    ]
+    params = SamplingParams(temperature=1.0, max_new_tokens=tokens, seed=0)
+    start = time.perf_counter()
+    samples = backend.generate_batch(prompts, params)
+    return sum(len(s.token_ids) for s in samples) / (time.perf_counter() - start)
+
+
+def agent_loop(backend, tokenizer, episodes, turns, tokens):
+    rows = [{"question": f"question {i}"} for i in range(episodes)]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=tokens, seed=0, stop_token_ids=[])
+    limits = AgentLimits(max_turns=turns, max_response_tokens=turns * (tokens + 32))
+
+    async def play():
+        return await run_episodes(
+            backend, tokenizer, lambda row: Calculator(turns), rows, sampling, limits
+        )
+
+    start = time.perf_counter()
+    played = asyncio.run(play())
+    seconds = time.perf_counter() - start
+    generated = sum(s.sampled_count for e in played for s in e.samples)
+    return generated / seconds, sum(e.turns for e in played) / seconds
+
+
+def sandbox(calls, workers):
+    code = "print(sum(range(1000)))"
+    pool = SandboxPool(workers)
+    try:
+        start = time.perf_counter()
+        results = pool.map([(code, "")] * calls)
+        pooled = calls / (time.perf_counter() - start)
+    finally:
+        pool.close()
+    assert all(r.stdout == "499500\n" for r in results), results[0]
+    start = time.perf_counter()
+    for _ in range(max(1, calls // 4)):
+        run_python(code)
+    one_by_one = max(1, calls // 4) / (time.perf_counter() - start)
+    return pooled, one_by_one
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=128)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--turn-tokens", type=int, default=32)
+    parser.add_argument("--sandbox-calls", type=int, default=64)
+    parser.add_argument("--sandbox-workers", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="ascent-bench-agent-"))
+    model_dir = str(
+        build_tiny_model(work / "model", hidden_size=128, layers=4, intermediate_size=512)
+    )
+    tokenizer = load_tokenizer(model_dir)
+    max_len = 64 + args.turns * (args.turn_tokens + 32)
+    engine = NativeEngine(
+        load_causal_lm(model_dir), max_num_seqs=SLOTS, max_model_len=max_len, tokenizer=tokenizer
+    )
+    backend = NativeBackend(engine, tokenizer)
+    total = args.turns * args.turn_tokens
+    runs = {"single": [], "agent": [], "turns": [], "pooled": [], "one_by_one": []}
+    try:
+        agent_loop(backend, tokenizer, 8, 2, 4)  # warm-up (and the step thread)
+        single_turn(backend, tokenizer, 8, 4)
+        for _ in range(args.repeats):
+            runs["single"].append(single_turn(backend, tokenizer, args.episodes, total))
+            tokens, turns = agent_loop(
+                backend, tokenizer, args.episodes, args.turns, args.turn_tokens
+            )
+            runs["agent"].append(tokens)
+            runs["turns"].append(turns)
+            pooled, one = sandbox(args.sandbox_calls, args.sandbox_workers)
+            runs["pooled"].append(pooled)
+            runs["one_by_one"].append(one)
+    finally:
+        asyncio.run(backend.close())
+
+    median = {k: statistics.median(v) for k, v in runs.items()}
+    print(
+        f"{args.episodes} episodes x {args.turns} turns x {args.turn_tokens} tokens, {SLOTS} "
+        f"slots; single-turn: {total} tokens per prompt (median of {args.repeats})"
+    )
+    print(f"{'generation':<28} {'tokens/s':>10} {'turns/s':>9} {'vs single-turn':>15}")
+    print(f"{'single-turn generate_batch':<28} {median['single']:>10.0f} {'':>9} {1:>14.2f}x")
+    ratio = median["agent"] / median["single"]
+    print(f"{'agent loop':<28} {median['agent']:>10.0f} {median['turns']:>9.1f} {ratio:>14.2f}x")
+    print(f"\n{isolation().describe()}")
+    print(f"{'sandbox':<28} {'calls/s':>10}")
+    print(f"{f'pool of {args.sandbox_workers}':<28} {median['pooled']:>10.1f}")
+    print(f"{'one at a time':<28} {median['one_by_one']:>10.1f}")
+    if args.json:
+        figures = {
+            "episodes": args.episodes,
+            "turns": args.turns,
+            "turn_tokens": args.turn_tokens,
+            "slots": SLOTS,
+            "threads": torch.get_num_threads(),
+            "isolation": isolation().describe(),
+            "medians": median,
+            "agent_vs_single": ratio,
+            "runs": runs,
+        }
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+
+
+if __name__ == "__main__":
+    main()

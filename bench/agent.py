@@ -29,6 +29,7 @@ from ascent.agents.loop import AgentLimits, run_episodes
 from ascent.models import build_tiny_model, load_causal_lm, load_tokenizer
 from ascent.rollout.engine import NativeEngine
 from ascent.rollout.native_backend import NativeBackend
+from ascent.rollout.protocol import render_chat
 from ascent.rollout.types import SamplingParams
 from ascent.sandbox.isolation import isolation
 from ascent.sandbox.pool import SandboxPool
@@ -53,12 +54,10 @@ class Calculator(Environment):
 
 def single_turn(backend, tokenizer, episodes, tokens):
     prompts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"question {i}"}], add_generation_prompt=True
-        )
+        render_chat(tokenizer, [{"role": "user", "content": f"question {i}"}], None)
         for i in range(episodes)
     ]
-    params = SamplingParams(temperature=1.0, max_new_tokens=tokens, seed=0)
+    params = SamplingParams(temperature=1.0, max_new_tokens=tokens, seed=0, stop_token_ids=[])
     start = time.perf_counter()
     samples = backend.generate_batch(prompts, params)
     return sum(len(s.token_ids) for s in samples) / (time.perf_counter() - start)

@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
         help="addition: single-turn a+b; tools: multi-turn a*b with a multiply tool",
     )
     quickstart.add_argument("--out", help="output directory (runs/quickstart[-tools])")
-    quickstart.add_argument("--steps", type=int, help="GRPO steps (400 addition, 150 tools)")
+    quickstart.add_argument("--steps", type=int, help="GRPO steps (400 addition, 100 tools)")
     quickstart.add_argument(
         "overrides", nargs="*", help="dotted overrides of the GRPO run, e.g. rollout.engine=vllm"
     )
@@ -132,7 +132,7 @@ def _quickstart(args: argparse.Namespace) -> int:
     if args.task == "tools":
         from ascent.quickstart.tools_run import run_tools_quickstart as run
 
-        out, steps = args.out or "runs/quickstart-tools", args.steps or 150
+        out, steps = args.out or "runs/quickstart-tools", args.steps or 100
     else:
         from ascent.quickstart import run_quickstart as run
 

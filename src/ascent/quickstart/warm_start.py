@@ -94,7 +94,7 @@ def warm_start(
     began = time.perf_counter()
     for attempt in range(attempts):
         last = attempt == attempts - 1
-        result = _train_until(
+        result = train_until(
             base_model(attempt),
             out_dir,
             train,
@@ -117,7 +117,7 @@ def warm_start(
     return {**result, "attempts": attempt + 1, "seconds": time.perf_counter() - began}
 
 
-def _train_until(
+def train_until(
     model_dir: str,
     out_dir: Path,
     train: list[Pair],

@@ -14,11 +14,11 @@ import shutil
 import time
 from pathlib import Path
 
-from ascent.config import load_config
 from ascent.data.chat import render_chat
 from ascent.data.rl import RLPrompt, prompts_batch
 from ascent.data.sft import chat_example
 from ascent.models import build_tiny_model
+from ascent.quickstart.run import rl_config
 from ascent.quickstart.tools_task import (
     SOURCE,
     compute_score,
@@ -76,44 +76,28 @@ TOOLS_TASK = WarmStartTask(
 )
 
 
-def tools_rl_config(model_dir: str, data: dict, out: Path, seed: int, steps: int, lr: float,
-                    overrides: tuple[str, ...] = ()) -> RLConfig:  # fmt: skip
-    return load_config(
-        RLConfig,
-        None,
-        [
-            f"model.path={model_dir}",
-            f"data.train_files=[{data['train']}]",
-            f"data.val_files=[{data['held_out']}]",
-            "data.prompts_per_step=16",
-            f"data.seed={seed}",
-            "data.chat_template=true",
-            "rollout.samples_per_prompt=8",
-            f"rollout.max_response_length={RESPONSE_TOKENS}",
-            "rollout.temperature=1.0",
-            f"rollout.agent.tools=[{TOOL}]",
-            "rollout.agent.tools_in_prompt=false",
-            "rollout.agent.max_turns=2",
-            "algorithm.name=grpo",
-            "algorithm.kl.mode=none",
-            f"actor.optim.lr={lr}",
-            "actor.optim.warmup_steps=10",
-            "actor.optim.schedule=cosine",
-            f"actor.optim.total_steps={steps}",
-            "actor.optim.min_lr_ratio=0.1",
-            "actor.optim.grad_clip=1.0",
-            "reward.function=ascent.quickstart.tools_task:compute_score",
-            "reward.workers=0",
-            f"trainer.run_dir={out / 'rl'}",
-            f"trainer.total_steps={steps}",
-            "trainer.val_every=50",
-            "trainer.resume=off",
-            f"trainer.seed={seed}",
-            "tracking.console_every=25",
-            "tracking.console_keys=[critic/score/mean, agent/used_tools, val/, timing_s/step]",
-            *overrides,
-        ],
+def tools_rl_config(
+    model_dir: str,
+    data: dict,
+    out: Path,
+    seed: int,
+    steps: int,
+    lr: float,
+    overrides: tuple[str, ...] = (),
+) -> RLConfig:
+    """The addition quickstart's GRPO settings, with episodes: chat prompts, the tool, the
+    final answer scored."""
+    episodes = (
+        "data.prompts_per_step=16",
+        "data.chat_template=true",
+        f"rollout.max_response_length={RESPONSE_TOKENS}",
+        f"rollout.agent.tools=[{TOOL}]",
+        "rollout.agent.tools_in_prompt=false",
+        "rollout.agent.max_turns=2",
+        "reward.function=ascent.quickstart.tools_task:compute_score",
+        "tracking.console_keys=[critic/score/mean, agent/used_tools, val/, timing_s/step]",
     )
+    return rl_config(model_dir, data, out, seed, steps, lr, (*episodes, *overrides))
 
 
 def run_tools_quickstart(

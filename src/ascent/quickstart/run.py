@@ -65,6 +65,17 @@ def rl_config(
     )
 
 
+def fresh_output(out_dir: str) -> Path:
+    """An empty output directory (a fresh demo every time), and no per-load progress bars."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # one "Loading weights" bar per model load
+    out = Path(out_dir)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    return out
+
+
 def run_quickstart(
     seed: int = 0,
     out_dir: str = "runs/quickstart",
@@ -74,13 +85,8 @@ def run_quickstart(
     overrides: tuple[str, ...] = (),
 ) -> int:
     """Runs everything; returns 0 when RL raised held-out accuracy by at least 30 points."""
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()  # one "Loading weights" bar per model load
     began = time.perf_counter()
-    out = Path(out_dir)
-    shutil.rmtree(out, ignore_errors=True)  # a fresh demo every time
-    out.mkdir(parents=True)
+    out = fresh_output(out_dir)
 
     def base_model(attempt: int) -> str:
         """A fresh ~1M-parameter model; attempt 0 is initialised from the run's seed."""

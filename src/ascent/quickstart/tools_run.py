@@ -10,7 +10,6 @@ after RL.
 
 import json
 import random
-import shutil
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from ascent.data.chat import render_chat
 from ascent.data.rl import RLPrompt, prompts_batch
 from ascent.data.sft import chat_example
 from ascent.models import build_tiny_model
-from ascent.quickstart.run import rl_config
+from ascent.quickstart.run import fresh_output, rl_config
 from ascent.quickstart.tools_task import (
     SOURCE,
     compute_score,
@@ -109,13 +108,8 @@ def run_tools_quickstart(
     overrides: tuple[str, ...] = (),
 ) -> int:
     """Runs everything; returns 0 when RL raised held-out accuracy by at least 30 points."""
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()
     began = time.perf_counter()
-    out = Path(out_dir)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    out = fresh_output(out_dir)
 
     base = build_tiny_model(
         out / "base", hidden_size=128, layers=4, intermediate_size=512, seed=seed

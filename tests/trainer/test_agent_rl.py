@@ -31,8 +31,14 @@ def test_multi_turn_episodes_train_as_exact_tokens(tiny_model, prompts, tmp_path
             "rollout.agent.environment=tests.agents.envs:Again",
             "rollout.agent.max_turns=3",
             f"trainer.dump_rollouts={dump}",
+            "trainer.val_every=2",
         )
     )
+    # Validation plays the 16 validation prompts' episodes and scores each episode once.
+    [val_turns] = metric(tmp_path / "run", "val/agent/turns/mean")
+    assert 1 <= val_turns <= 3  # greedy turns of the untrained model may run to the limit
+    assert metric(tmp_path / "run", "val/agent/samples_per_episode")[0] >= 1
+    assert len(metric(tmp_path / "run", "val/digits/acc")) == 1
     turns = metric(tmp_path / "run", "agent/turns/mean")
     assert len(turns) == 2 and all(1 < t <= 3 for t in turns), turns
     assert max(metric(tmp_path / "run", "rollout/mismatch_kl")) < 1e-3

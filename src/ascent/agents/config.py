@@ -7,6 +7,9 @@ from pydantic import Field
 from ascent.engine.config import Strict
 
 DriftMode = Literal["new_sample", "repair"]
+AGENT_HELP = (
+    "Multi-turn episodes with tools or an environment (AgentConfig); None: one response per prompt."
+)
 
 
 class AgentConfig(Strict):

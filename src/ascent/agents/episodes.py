@@ -124,6 +124,16 @@ def episodes_batch(batch: Batch, episodes: list[Episode], n: int, width: int, pa
     return out
 
 
+def episode_keys(batch: Batch) -> list[tuple]:
+    """Each row's episode: (prompt uid, episode index within its rollout call)."""
+    return list(zip(batch["uid"], batch["episode"], strict=True))
+
+
+def last_rows(batch: Batch) -> dict[tuple, int]:
+    """Each episode's last row (its last sample, which holds the final answer)."""
+    return {key: row for row, key in enumerate(episode_keys(batch))}
+
+
 def episode_outcomes(batch: Batch) -> Batch:
     """After scoring, in place of each row's own: the episode's outcome. The scorer saw each
     row's own response, and an episode's last sample holds its final answer, so that row's
@@ -131,8 +141,8 @@ def episode_outcomes(batch: Batch) -> Batch:
     rewards are added: each turn's on its last sampled token in ``token_rewards`` (of the
     sample that holds the turn), and the episode's total (``env_reward``) to ``scores``.
     ``token_rewards`` carries the outcome on each row's last token, as the scorer put it."""
-    keys = list(zip(batch["uid"], batch["episode"], strict=True))
-    last = {key: row for row, key in enumerate(keys)}
+    keys = episode_keys(batch)
+    last = last_rows(batch)
     source = torch.tensor([last[key] for key in keys])
     names = batch.keys()
     shared = [k for k in names if k in ("scores", "acc") or k.startswith("reward_extra/")]
@@ -153,12 +163,9 @@ def episode_outcomes(batch: Batch) -> Batch:
 
 
 def agent_metrics(batch: Batch) -> dict[str, float]:
-    """Means over a rollout batch's episodes (its first row each): turns, tool calls and
+    """Means over a rollout batch's episodes (one row each): turns, tool calls and
     errors, how episodes ended; samples per episode (above 1 where templates drifted)."""
-    first: dict[tuple, int] = {}
-    for row, key in enumerate(zip(batch["uid"], batch["episode"], strict=True)):
-        first.setdefault(key, row)
-    rows = list(first.values())
+    rows = list(last_rows(batch).values())
     count = len(rows)
 
     def mean(field: str) -> float:

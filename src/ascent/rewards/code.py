@@ -77,8 +77,11 @@ def code_tests(solution: str, ground_truth: Any) -> dict[str, float]:
 
 def _same_lines(got: str, expected: Any) -> bool:
     expected = "\n".join(expected) if isinstance(expected, list) else str(expected)
-    clean = lambda text: [line.rstrip() for line in text.strip().splitlines()]  # noqa: E731
-    return clean(got) == clean(expected)
+    return _lines(got) == _lines(expected)
+
+
+def _lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.strip().splitlines()]
 
 
 def _same_value(got: str, expected: Any) -> bool:

@@ -5,7 +5,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from ascent.agents.config import AgentConfig
+from ascent.agents.config import AGENT_HELP, AgentConfig
 from ascent.engine.config import ModelConfig, Strict
 from ascent.rollout.types import SamplingParams
 
@@ -76,11 +76,7 @@ class RolloutConfig(Strict):
     sampling: SamplingParams = Field(
         SamplingParams(), description="Default sampling; a generate call may override fields."
     )
-    agent: AgentConfig | None = Field(
-        None,
-        description="Multi-turn episodes with tools or an environment (AgentConfig); None: "
-        "one response per prompt.",
-    )
+    agent: AgentConfig | None = Field(None, description=AGENT_HELP)
     stop_at_eos: bool = Field(True, description="Add the tokenizer's EOS to the stop tokens.")
     max_num_seqs: int = Field(64, ge=1, description="Sequences decoded at once (cache slots).")
     max_model_len: int = Field(2048, ge=2, description="Prompt + response limit.")

@@ -292,6 +292,7 @@ def start_http_backend(
         vllm_python,
     )
 
+    weights_root = server.weights_dir or memory_directory(config.model.path)
     if server.urls:
         url = server.urls[rank % len(server.urls)]
         return VLLMBackend(
@@ -299,7 +300,7 @@ def start_http_backend(
             server.model or SERVED_NAME,
             tokenizer=tokenizer,
             request_timeout_s=server.request_timeout_s,
-            weights_root=server.weights_dir or memory_directory(config.model.path),
+            weights_root=weights_root,
         )
     from transformers import AutoConfig
 
@@ -334,5 +335,5 @@ def start_http_backend(
         request_timeout_s=server.request_timeout_s,
         processes=processes,
         startup_timeout_s=server.startup_timeout_s,
-        weights_root=server.weights_dir or memory_directory(config.model.path),
+        weights_root=weights_root,
     )

@@ -21,7 +21,7 @@ from typing import Literal
 
 from torch import Tensor
 
-from ascent.rollout.tool_calls import parse_tool_calls
+from ascent.rollout.tool_calls import assistant_message
 from ascent.rollout.types import Sample, SamplingParams
 
 PauseMode = Literal["abort", "wait", "keep"]
@@ -117,11 +117,7 @@ class RolloutBackend:
         prompt_ids = render_chat(self.tokenizer, messages, tools)
         out = await self.generate(prompt_ids, sampling or SamplingParams(), session_id)
         text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
-        content, calls = parse_tool_calls(text) if tools else (text, [])
-        message = {"role": "assistant", "content": content}
-        if calls:
-            message["tool_calls"] = calls
-        return ChatOut(message, prompt_ids, out)
+        return ChatOut(assistant_message(text, bool(tools)), prompt_ids, out)
 
     def generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
         """``sampling.n`` samples of every prompt, ordered by prompt then sample (the RL

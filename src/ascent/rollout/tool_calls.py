@@ -97,6 +97,16 @@ def tool_call_parser(name: str) -> Callable[[str], ParsedTurn]:
     )
 
 
+def assistant_message(text: str, tools: bool) -> dict:
+    """The OpenAI assistant message of generated ``text``: with ``tools``, the Hermes calls
+    parsed into ``tool_calls`` and taken out of the content."""
+    content, calls = parse_tool_calls(text) if tools else (text, [])
+    message = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
 def parse_tool_calls(text: str) -> tuple[str | None, list[dict]]:
     """(content, OpenAI-style ``tool_calls``) with the Hermes parser: the chat facade's and
     ``ascent serve``'s view, where a malformed block is simply left in the content."""

@@ -10,7 +10,7 @@ import time
 import uuid
 
 from ascent.rollout.protocol import TokenOut
-from ascent.rollout.tool_calls import parse_tool_calls
+from ascent.rollout.tool_calls import assistant_message
 
 
 def new_id(prefix: str) -> str:
@@ -81,15 +81,12 @@ def chat_choice(
     tools: bool,
 ) -> dict:
     text = visible_text(tokenizer, out, stop, skip_special)
-    content, calls = parse_tool_calls(text) if tools else (text, [])
-    message = {"role": "assistant", "content": content}
-    if calls:
-        message["tool_calls"] = calls
+    message = assistant_message(text, tools)
     choice = {
         "index": index,
         "message": message,
         "logprobs": None,
-        "finish_reason": "tool_calls" if calls else out.finish_reason,
+        "finish_reason": "tool_calls" if "tool_calls" in message else out.finish_reason,
         **trace(prompt_ids, out),
     }
     if logprobs:

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ascent.agents.config import AgentConfig
+from ascent.agents.config import AGENT_HELP, AgentConfig
 from ascent.algos.advantages import ADVANTAGE_ESTIMATORS
 from ascent.algos.kl import kl_estimator_name
 from ascent.algos.losses import POLICY_LOSSES
@@ -35,11 +35,7 @@ class RolloutSettings(Strict):
     server: ServerConfig = Field(
         ServerConfig(), description="Servers of the vllm and openai engines (ServerConfig)."
     )
-    agent: AgentConfig | None = Field(
-        None,
-        description="Multi-turn episodes with tools or an environment (AgentConfig); None: "
-        "one response per prompt.",
-    )
+    agent: AgentConfig | None = Field(None, description=AGENT_HELP)
     samples_per_prompt: int = Field(8, ge=1, description="Responses sampled per prompt (group).")
     temperature: float = Field(
         1.0, gt=0, description="Sampling temperature (the trainer uses it too)."

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ascent.agents.episodes import agent_metrics, episode_outcomes
+from ascent.agents.episodes import agent_metrics, episode_outcomes, last_rows
 from ascent.algos.group_filter import groups_with_signal
 from ascent.batch import Batch
 from ascent.config import dump_config
@@ -197,10 +197,9 @@ class RLRun:
         if "episode" in batch:  # rollout.agent: rows per prompt vary; each episode's last
             batch, failures = self.rewards.score(batch)
             batch = episode_outcomes(batch)
-            keys = list(zip(batch["uid"], batch["episode"], strict=True))
-            last = {key: row for row, key in enumerate(keys)}
             real = {f"val-{i}" for i in range(len(self.val_prompts))}
-            scored = batch.index(sorted(row for key, row in last.items() if key[0] in real))
+            rows = last_rows(batch).items()
+            scored = batch.index(sorted(row for (uid, _), row in rows if uid in real))
         else:
             scored, failures = self.rewards.score(batch.index(slice(0, len(self.val_prompts))))
         by_source: dict[str, list[int]] = defaultdict(list)

@@ -192,3 +192,28 @@ def test_the_tool_environment_answers_every_call(content, expected, done):
         assert observation["content"].startswith(start)
     parsed = [e for e in expected if not e.startswith("Error: tool call")]
     assert len(message.get("tool_calls", [])) == len(parsed)  # the parsed calls, recorded
+
+
+def test_a_rows_tools_are_shown_and_are_the_only_ones_it_may_call(backend):
+    """The row's definitions render with its prompt (the data loader's rendering, exactly),
+    and a configured tool the row does not list answers as unknown."""
+    row_tools = [function_tool(multiply).schema]
+    row = {"prompt": [{"role": "user", "content": "6*7?"}], "tools": row_tools}
+    tools = [function_tool(multiply), function_tool(secret, ("vault",))]
+    limits = AgentLimits(max_turns=1, tools_in_prompt=False)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=4, seed=0)
+    play(backend, [row], sampling, limits, lambda row: ToolEnvironment(tools))
+    tokenizer = backend.tokenizer
+    text = tokenizer.apply_chat_template(
+        row["prompt"], tools=row_tools, add_generation_prompt=True, tokenize=False
+    )
+    assert '"name": "multiply"' in text and "secret" not in text
+    assert backend.calls[0][0] == tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    environment = ToolEnvironment(tools)
+    environment.reset(row)
+    call = '<tool_call>{"name": "secret", "arguments": {"name": "k"}}</tool_call>'
+    [answer] = environment.step({"role": "assistant", "content": call}).observations
+    assert answer["content"] == "Error: there is no tool \"secret\"; the tools are ['multiply']"
+    with pytest.raises(ValueError, match=r"the row's tools list \['search'\], which this"):
+        ToolEnvironment(tools).reset({**row, "tools": [{"function": {"name": "search"}}]})

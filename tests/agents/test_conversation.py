@@ -9,6 +9,7 @@ import random
 import pytest
 
 from ascent.agents.conversation import Conversation
+from ascent.data.sft import chat_example
 from ascent.rollout.protocol import TokenOut
 from tests.agents.templates import TEMPLATES, tokenizer_for
 
@@ -169,3 +170,28 @@ def test_a_malformed_sequence_of_calls_is_refused():
     conversation.add_assistant(out)
     with pytest.raises(RuntimeError, match="two assistant turns in a row"):
         conversation.add_assistant(out)
+
+
+@pytest.mark.parametrize("name", ["chatml_tools", "llama3"])
+@pytest.mark.parametrize("seed", range(30))
+def test_sft_and_rl_give_a_conversation_the_same_tokens_and_masks(name, seed):
+    """One renderer: SFT on a finished conversation has the ids RL's episode has, and trains
+    every token RL samples in it. SFT also trains the template's text right after each
+    end-of-turn token (ChatML's "\n"; Llama-3 writes none), which no one samples."""
+    conversation, _, _, tokenizer = play(name, seed)
+    [sample] = conversation.samples
+    example = chat_example(tokenizer, conversation.messages, conversation.tools)
+    count = len(sample.token_ids)
+    assert example.input_ids[:count] == sample.token_ids
+    rl_mask = [0] * len(sample.prompt_ids) + sample.response_mask
+    sft_mask = example.loss_mask[:count]
+    assert all(s >= r for s, r in zip(sft_mask, rl_mask, strict=True))
+    end = tokenizer.convert_tokens_to_ids(TEMPLATES[name][1])
+    extra = [i for i, (s, r) in enumerate(zip(sft_mask, rl_mask, strict=True)) if s > r]
+    for position in extra:  # each follows a sampled end-of-turn token, or another such token
+        back = position - 1
+        while back in extra:
+            back -= 1
+        assert sample.token_ids[back] == end and rl_mask[back] == 1
+    if name == "llama3":
+        assert sft_mask == rl_mask

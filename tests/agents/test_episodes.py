@@ -1,14 +1,20 @@
 """``rollout.agent``: environments by name and import path, tools from config, and an
 episode's outcome shared by its samples."""
 
+import json
+
 import pytest
 import torch
 
 from ascent.agents.config import AgentConfig
 from ascent.agents.environment import ToolEnvironment
-from ascent.agents.episodes import environment_factory, episode_outcomes
+from ascent.agents.episodes import agent_prompt_check, environment_factory, episode_outcomes
 from ascent.batch import Batch
+from ascent.data.files import MalformedRow
+from ascent.data.rl import RLDataConfig, load_rl_prompts
+from ascent.models import load_tokenizer
 from tests.agents.envs import Again
+from tests.data.test_rl_data import verl_row
 
 ROW = {"prompt": [{"role": "user", "content": "hi"}]}
 
@@ -30,7 +36,7 @@ def test_rows_pick_their_environment_and_tools_come_from_import_paths():
     assert make(ROW) is not default  # a fresh environment per episode
     assert isinstance(make(with_agent("again")), Again)
     assert isinstance(make(with_agent("tool_agent")), ToolEnvironment)
-    with pytest.raises(KeyError, match=r"agent_name 'chess'.*names \['again'\]"):
+    with pytest.raises(MalformedRow, match=r"agent_name is 'chess'.*names \['again'\]"):
         make(with_agent("chess"))
 
 
@@ -64,3 +70,36 @@ def test_every_sample_of_an_episode_gets_its_outcome_and_the_environments_reward
         [0.0, 0.25, 1.0, 0.0],
         [0.0, 0.0, -1.0, 2.0],
     ]
+
+
+def test_rows_whose_episodes_could_not_run_are_malformed_when_loaded(tiny_model, tmp_path):
+    """Found before training, named by file and row: tools the tool environment does not have,
+    an agent_name no environment has. A custom environment's rows keep their own tools."""
+    config = AgentConfig(
+        tools=["tests.agents.test_agent_loop:multiply"],
+        environments={"again": "tests.agents.envs:Again"},
+    )
+    good = {"tools": [{"name": "multiply"}]}
+    cases = [
+        ({"tools": [{"name": "multiply"}, {"name": "search"}]}, r"row 1 of .*\['search'\], wh"),
+        ({"extra_info": {"agent_name": "chess"}}, r"row 1 of .*agent_name is 'chess'"),
+    ]
+    tokenizer = load_tokenizer(tiny_model)
+    for bad, message in cases:
+        rows = [
+            good,
+            bad,
+            {**good, "extra_info": {"agent_name": "again"}, "tools": [{"name": "x"}]},
+        ]
+        path = tmp_path / "train.jsonl"
+        path.write_text("".join(json.dumps(verl_row("q", "1") | row) + "\n" for row in rows))
+        data = RLDataConfig(train_files=[str(path)])
+        with pytest.raises(MalformedRow, match=message):
+            load_rl_prompts([str(path)], tokenizer, data, agent_prompt_check(config))
+        kept, counts = load_rl_prompts(
+            [str(path)],
+            tokenizer,
+            data.model_copy(update={"malformed": "skip"}),
+            agent_prompt_check(config),
+        )
+        assert counts["skipped_malformed"] == 1 and len(kept) == 2

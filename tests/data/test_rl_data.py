@@ -120,3 +120,46 @@ def test_prompts_batch_left_pads():
 def test_no_prompts_left_is_a_clear_error():
     with pytest.raises(ValueError, match="no prompts left"):
         PromptStream([], shuffle=True, seed=0)
+
+
+SEARCH = {"name": "search", "description": "Look it up.", "parameters": {"type": "object"}}
+
+
+@pytest.mark.parametrize(
+    "stored", [[{"type": "function", "function": SEARCH}], [SEARCH], json.dumps([SEARCH])]
+)
+def test_a_rows_tool_definitions_render_with_its_prompt(tokenizer, tmp_path, stored):
+    """A list, bare function schemas, or the list as a JSON string (parquet's usual form)."""
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(verl_row("Find ascent.", "x", tools=stored)) + "\n")
+    prompts, _ = load_rl_prompts([str(path)], tokenizer, RLDataConfig(train_files=[str(path)]))
+    tools = [{"type": "function", "function": SEARCH}]
+    expected = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Find ascent."}],
+        tools=tools,
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert '"name": "search"' in expected  # the template shows them
+    assert tokenizer.decode(prompts[0].prompt_ids) == expected
+    assert prompts[0].tools == tools
+    assert prompts_batch(prompts, 0, "t")["tools"] == [tools]
+
+
+@pytest.mark.parametrize(
+    ("tools", "config", "message"),
+    [
+        ("[{", {}, r"row 0 of .*: field 'tools' is a string but not JSON"),
+        ({"name": "x"}, {}, "field 'tools' must be a list of tool definitions, not dict"),
+        ([{"parameters": {}}], {}, r"tools\[0\] must be a tool definition: a dict with a string"),
+        ([SEARCH], {"chat_template": False}, "set data.chat_template=true, or drop the field"),
+    ],
+)
+def test_malformed_tool_definitions_name_the_row(tokenizer, tmp_path, tools, config, message):
+    row = verl_row("q", "1", tools=tools)
+    if config:
+        row["prompt"] = "q"
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(MalformedRow, match=message):
+        load_rl_prompts([str(path)], tokenizer, RLDataConfig(train_files=[str(path)], **config))

@@ -50,3 +50,10 @@ def needs_a_key(solution_str, ground_truth, api_key):
 def other_names(source, response, answer, info):
     """ascent's old positional call would have fed this; verl's keyword call cannot."""
     return 0.0
+
+
+def digit_turns(data_source, solution_str, ground_truth, extra_info):
+    """The share of three turns that ended on a digit, for episodes whose turns stop at the
+    first letter or digit (so a turn holds at most one digit, and the rendered user turns
+    none): 0, 1/3, 2/3 or 1."""
+    return min(1.0, sum(c.isdigit() for c in solution_str) / 3)

@@ -18,8 +18,9 @@ function runs on a worker thread, so a slow tool does not hold up other episodes
 
 ``ToolEnvironment`` is the common case and the default: it runs the tools the model calls
 (``Tool.call``: errors become messages, never exceptions), reports malformed calls back as
-errors, and ends the episode on a turn without calls (the answer). A row picks its tool
-arguments through verl's ``extra_info.tools_kwargs`` (``{tool: {"create_kwargs": {...}}}`` or
+errors, and ends the episode on a turn without calls (the answer). A row's ``tools``
+(definitions the chat template shows) limit the calls to the tools they name; its arguments
+come from verl's ``extra_info.tools_kwargs`` (``{tool: {"create_kwargs": {...}}}`` or
 ``{tool: {...}}``), which fill the parameters the tool declared as ``bound``.
 """
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ascent.agents.tools import Tool
+from ascent.data.chat import tool_names
 from ascent.rollout.tool_calls import ParsedTurn, parse_hermes
 
 
@@ -62,6 +64,15 @@ class ToolEnvironment(Environment):
         self.calls = self.errors = 0
 
     def reset(self, row: dict) -> list[dict]:
+        if row.get("tools"):  # the row's definitions: the model may call only those
+            offered = tool_names(row["tools"])
+            missing = sorted(set(offered) - set(self.by_name))
+            if missing:
+                raise ValueError(
+                    f"the row's tools list {missing}, which this environment does not have "
+                    f"(it has {sorted(self.by_name)}): add them to rollout.agent.tools"
+                )
+            self.by_name = {name: self.by_name[name] for name in offered}
         extra = row.get("extra_info") or {}
         for name, arguments in (extra.get("tools_kwargs") or {}).items():
             arguments = arguments or {}

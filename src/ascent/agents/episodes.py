@@ -10,7 +10,6 @@ row with the prompt's uid (so its group), and ``episode`` says which episode it 
 """
 
 from collections.abc import Callable
-from functools import partial
 
 import torch
 
@@ -19,6 +18,9 @@ from ascent.agents.environment import Environment, ToolEnvironment
 from ascent.agents.loop import Episode
 from ascent.agents.tools import Tool, function_tool
 from ascent.batch import Batch
+from ascent.data.chat import tool_names
+from ascent.data.files import MalformedRow
+from ascent.data.rl import PromptCheck, RLPrompt
 from ascent.importing import load_object
 from ascent.rollout.tool_calls import tool_call_parser
 
@@ -29,27 +31,58 @@ def environment_factory(config: AgentConfig) -> Callable[[dict], Environment]:
     """A function from a row to a fresh environment for its episode."""
     tools = _tools(config)
     parser = tool_call_parser(config.tool_parser)
-    by_name: dict[str, Callable[[], Environment]] = {}
-    for name, spec in {"default": config.environment, **config.environments}.items():
-        if spec in TOOL_ENVIRONMENTS:
-            by_name[name] = partial(ToolEnvironment, tools, parser)
-        else:
-            by_name[name] = _environment_class(spec, name)
+    classes: dict[str, Callable[[], Environment]] = {}
+    for name, spec in _named_environments(config).items():
+        if spec not in TOOL_ENVIRONMENTS:
+            classes[spec] = _environment_class(spec, name)
 
     def make(row: dict) -> Environment:
-        name = (row.get("extra_info") or {}).get("agent_name")
-        if name is None:
-            return by_name["default"]()
-        if name in TOOL_ENVIRONMENTS and name not in by_name:
+        spec = _environment_spec(config, row.get("extra_info"))
+        if spec in TOOL_ENVIRONMENTS:
             return ToolEnvironment(tools, parser)
-        if name not in by_name:
-            raise KeyError(
-                f"row asks for agent_name {name!r}, which rollout.agent.environments does not "
-                f"name (it names {sorted(set(by_name) - {'default'})}; built in: tools)"
-            )
-        return by_name[name]()
+        return classes[spec]()
 
     return make
+
+
+def agent_prompt_check(config: AgentConfig) -> PromptCheck:
+    """A check for data loading (``load_rl_prompts``): a row whose episode could not run is
+    malformed, found before training rather than in the middle of a rollout. That is a row
+    whose ``agent_name`` no environment has, or one whose ``tools`` list a tool the tool
+    environment cannot run."""
+    provided = _tool_names(config)
+
+    def check(prompt: RLPrompt) -> None:
+        if _environment_spec(config, prompt.extra_info) not in TOOL_ENVIRONMENTS:
+            return
+        missing = [name for name in tool_names(prompt.tools) if name not in provided]
+        if missing:
+            raise MalformedRow(
+                f"field 'tools' lists {missing}, which rollout.agent.tools does not provide "
+                f"(it provides {sorted(provided)}): add each as 'module:function'"
+            )
+
+    return check
+
+
+def _named_environments(config: AgentConfig) -> dict[str, str]:
+    return {"default": config.environment, **config.environments}
+
+
+def _environment_spec(config: AgentConfig, extra_info: dict | None) -> str:
+    """The environment a row asks for (verl's ``extra_info.agent_name``): its spec."""
+    name = (extra_info or {}).get("agent_name")
+    named = _named_environments(config)
+    if name is None:
+        return named["default"]
+    if name in named:
+        return named[name]
+    if name in TOOL_ENVIRONMENTS:
+        return name
+    raise MalformedRow(
+        f"extra_info.agent_name is {name!r}, which rollout.agent.environments does not name "
+        f"(it names {sorted(set(named) - {'default'})}; built in: tools)"
+    )
 
 
 def _environment_class(spec: str, name: str) -> Callable[[], Environment]:
@@ -73,6 +106,13 @@ def _tools(config: AgentConfig) -> list[Tool]:
         else:
             tools.append(function_tool(load_object(spec)))
     return tools
+
+
+def _tool_names(config: AgentConfig) -> set[str]:
+    """The names of ``rollout.agent.tools``, without starting a sandbox for ``python``."""
+    return {
+        spec if spec == "python" else function_tool(load_object(spec)).name for spec in config.tools
+    }
 
 
 def episodes_batch(batch: Batch, episodes: list[Episode], n: int, width: int, pad_id: int) -> Batch:
@@ -127,6 +167,16 @@ def episodes_batch(batch: Batch, episodes: list[Episode], n: int, width: int, pa
 def episode_keys(batch: Batch) -> list[tuple]:
     """Each row's episode: (prompt uid, episode index within its rollout call)."""
     return list(zip(batch["uid"], batch["episode"], strict=True))
+
+
+def episode_weights(batch: Batch) -> torch.Tensor:
+    """(B,) 1/k for each of an episode's k samples: group statistics then count each episode
+    once, however many samples drift split it into."""
+    keys = episode_keys(batch)
+    counts: dict[tuple, int] = {}
+    for key in keys:
+        counts[key] = counts.get(key, 0) + 1
+    return torch.tensor([1.0 / counts[key] for key in keys], dtype=torch.float32)
 
 
 def last_rows(batch: Batch) -> dict[tuple, int]:

@@ -39,7 +39,7 @@ class AgentLimits:
     max_tool_response_tokens: int = 256
     max_model_len: int = 2048
     on_drift: DriftMode = "new_sample"
-    tools_in_prompt: bool = True  # the schemas go to the chat template
+    tools_in_prompt: bool = True  # the tools' schemas go to the chat template (a row's own win)
 
 
 @dataclass
@@ -71,7 +71,9 @@ async def run_episode(
     """Play one episode (see the module docstring). ``sampling.seed``, when set, seeds the
     first turn; turn t uses seed + t."""
     messages = await _call(environment.reset, row)
-    tools = [tool.schema for tool in environment.tools] if limits.tools_in_prompt else None
+    tools = row.get("tools")  # the row's own definitions, as its prompt was rendered
+    if not tools and limits.tools_in_prompt:
+        tools = [tool.schema for tool in environment.tools]
     conversation = Conversation(tokenizer, messages, tools=tools or None, on_drift=limits.on_drift)
     rewards: list[float] = []
     end: EpisodeEnd = "max_turns"

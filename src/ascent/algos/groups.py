@@ -32,22 +32,28 @@ class GroupStats:
 
     mean: Tensor
     std: Tensor  # unbiased (n - 1); 0 for a singleton group
-    count: Tensor  # group size n, same dtype as the scores
+    count: Tensor  # group size n (the sum of the weights), same dtype as the scores
     uniform: Tensor  # bool: every score in the group is equal (singletons included)
 
 
-def group_stats(scores: Tensor, group_ids: Tensor) -> GroupStats:
+def group_stats(scores: Tensor, group_ids: Tensor, weights: Tensor | None = None) -> GroupStats:
     """Mean, unbiased std and size of each sample's group (two-pass for stability).
+
+    With ``weights`` w (B,), each sample counts w_i times: n_g = sum w, mean_g = sum w s / n_g,
+    var_g = sum w (s - mean_g)^2 / (n_g - 1). A multi-turn episode that a drifting template
+    split into k samples gives each 1/k, so the statistics are over episodes, as they are
+    over responses when nothing drifts (all weights 1: the unweighted formulas exactly).
 
     ``uniform`` is decided exactly (max == min), not from the std: the rounded mean of equal
     scores can differ from them by an ulp, and estimators use ``uniform`` to give such groups
     exactly zero advantage.
     """
     index, num_groups = dense_group_index(group_ids)
-    count = group_sum(torch.ones_like(scores), index, num_groups)
-    mean = group_sum(scores, index, num_groups) / count
+    w = torch.ones_like(scores) if weights is None else weights.to(scores.dtype)
+    count = group_sum(w, index, num_groups)
+    mean = group_sum(w * scores, index, num_groups) / count
     centered = scores - mean[index]
-    var = group_sum(centered**2, index, num_groups) / (count - 1).clamp(min=1)
+    var = group_sum(w * centered**2, index, num_groups) / (count - 1).clamp(min=1)
     uniform = group_reduce(scores, index, num_groups, "amax") == group_reduce(
         scores, index, num_groups, "amin"
     )

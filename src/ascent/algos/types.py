@@ -25,6 +25,9 @@ class AdvantageInputs:
     group_ids: (B,) int64; samples of the same prompt share an id (any integers).
     values: (B, T) critic values V(s_t) (gae).
     baseline_scores: (B,) score of the greedy response to the same prompt (remax).
+    sample_weights: (B,) each sample's weight in its group's statistics (group estimators);
+        1/k for each of the k samples of a multi-turn episode, so groups count episodes.
+        None: every sample counts once.
     """
 
     token_rewards: Tensor
@@ -32,6 +35,7 @@ class AdvantageInputs:
     group_ids: Tensor | None = None
     values: Tensor | None = None
     baseline_scores: Tensor | None = None
+    sample_weights: Tensor | None = None
 
     def require(self, name: str, estimator: str) -> Tensor:
         """The optional field ``name``, or an error saying which estimator needs it."""

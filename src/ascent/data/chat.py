@@ -10,6 +10,7 @@ read the same. Which roles, role orders and content forms a conversation may use
 template's call, as templates differ: it is asked, and what it raises names the row.
 """
 
+import json
 from typing import Any
 
 import jinja2
@@ -46,6 +47,37 @@ def check_messages(messages: Any, field: str) -> None:
         problem = _content_problem(message)
         if problem:
             raise MalformedRow(f"{where} (role {role!r}) {problem}")
+
+
+def check_tools(tools: Any, field: str) -> list[dict]:
+    """A row's tool definitions in the form chat templates take: a list of OpenAI-style
+    ``{"type": "function", "function": {"name": ..., "parameters": ...}}``. Also accepted: the
+    list as a JSON string (how parquet files often store it) and bare function schemas (wrapped
+    here). MalformedRow naming ``field[i]`` otherwise."""
+    if isinstance(tools, str):
+        try:
+            tools = json.loads(tools)
+        except json.JSONDecodeError as error:
+            raise MalformedRow(f"field {field!r} is a string but not JSON: {error}") from None
+    if not isinstance(tools, list):
+        raise MalformedRow(
+            f"field {field!r} must be a list of tool definitions, not {type(tools).__name__}"
+        )
+    checked = []
+    for position, tool in enumerate(tools):
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise MalformedRow(
+                f"{field}[{position}] must be a tool definition: a dict with a string 'name' "
+                "(or {'type': 'function', 'function': {'name': ...}})"
+            )
+        checked.append({"type": "function", "function": function})
+    return checked
+
+
+def tool_names(tools: list[dict] | None) -> list[str]:
+    """The names of ``check_tools``-form definitions."""
+    return [tool["function"]["name"] for tool in tools or []]
 
 
 def _content_problem(message: dict) -> str | None:

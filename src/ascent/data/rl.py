@@ -2,14 +2,17 @@
 
 A row: ``data_source`` (str; picks the scorer), ``prompt`` (chat messages, or a string),
 ``reward_model.ground_truth`` (anything the scorer understands), optional ``extra_info``
-(dict) and ``ability``. Prompts are rendered with the tokenizer's chat template (generation
-prompt added); those longer than ``max_prompt_length`` tokens are filtered out and counted.
-Chat prompts are checked and rendered by ``ascent.data.chat``: a malformed one, or one the
-template refuses, is a MalformedRow that names the row.
+(dict), ``ability`` and ``tools`` (tool definitions, as in SFT rows: the chat template shows
+them with the prompt, and an agent's episode may call only those). Prompts are rendered with
+the tokenizer's chat template (generation prompt added); those longer than
+``max_prompt_length`` tokens are filtered out and counted. Chat prompts are checked and
+rendered by ``ascent.data.chat``: a malformed one, or one the template refuses, is a
+MalformedRow that names the row.
 """
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -17,7 +20,7 @@ import torch
 from pydantic import Field
 
 from ascent.batch import Batch
-from ascent.data.chat import check_messages, render_chat
+from ascent.data.chat import check_messages, check_tools, render_chat
 from ascent.data.files import MalformedRow, Row, read_rows
 from ascent.engine.config import Strict
 
@@ -40,6 +43,9 @@ class RLDataConfig(Strict):
     val_max_prompts: int | None = Field(
         None, ge=1, description="Use at most this many validation prompts."
     )
+    tools_key: str = Field(
+        "tools", description="Field with the row's tool definitions (optional; chat prompts)."
+    )
 
 
 @dataclass(frozen=True)
@@ -50,12 +56,22 @@ class RLPrompt:
     extra_info: dict = field(default_factory=dict)
     ability: str | None = None
     messages: list[dict] | None = None  # the chat prompt (an agent's environment starts here)
+    tools: list[dict] | None = None  # the row's tool definitions (data.chat.check_tools form)
 
 
-def row_prompt(row: Row, tokenizer: Any, config: RLDataConfig) -> RLPrompt:
-    """The prompt of one row; MalformedRow names the row, the field and what is wrong."""
+PromptCheck = Callable[[RLPrompt], None]  # raises MalformedRow for a prompt a run cannot use
+
+
+def row_prompt(
+    row: Row, tokenizer: Any, config: RLDataConfig, check: PromptCheck | None = None
+) -> RLPrompt:
+    """The prompt of one row; MalformedRow names the row, the field and what is wrong.
+    ``check`` adds the run's own conditions (such as tools an agent can run)."""
     try:
-        return _prompt(row.data, tokenizer, config)
+        prompt = _prompt(row.data, tokenizer, config)
+        if check is not None:
+            check(prompt)
+        return prompt
     except MalformedRow as error:
         raise row.malformed(error) from error.__cause__  # keeps a template's own traceback
 
@@ -68,15 +84,23 @@ def _prompt(data: dict, tokenizer: Any, config: RLDataConfig) -> RLPrompt:
     if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
         raise MalformedRow("missing field 'reward_model.ground_truth'")
     prompt = data["prompt"]
+    tools = data.get(config.tools_key)
+    if tools is not None:
+        tools = check_tools(tools, config.tools_key)
     if config.chat_template:
         if isinstance(prompt, str):
             prompt = [{"role": "user", "content": prompt}]
         check_messages(prompt, "prompt")
-        text = render_chat(tokenizer, prompt, generation=True)
+        text = render_chat(tokenizer, prompt, tools=tools, generation=True)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     else:
         if not isinstance(prompt, str):
             raise MalformedRow("field 'prompt' must be text when chat_template=false")
+        if tools is not None:
+            raise MalformedRow(
+                f"field {config.tools_key!r}: tool definitions are shown by the chat template; "
+                "set data.chat_template=true, or drop the field"
+            )
         ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     extra = data.get("extra_info") or {}
     if not isinstance(extra, dict):
@@ -88,19 +112,21 @@ def _prompt(data: dict, tokenizer: Any, config: RLDataConfig) -> RLPrompt:
         extra,
         data.get("ability"),
         prompt if config.chat_template else None,
+        tools,
     )
 
 
 def load_rl_prompts(
-    paths: list[str], tokenizer: Any, config: RLDataConfig
+    paths: list[str], tokenizer: Any, config: RLDataConfig, check: PromptCheck | None = None
 ) -> tuple[list[RLPrompt], Counter]:
-    """Prompts of every row, and counts: rows, kept, too_long, skipped_malformed."""
+    """Prompts of every row, and counts: rows, kept, too_long, skipped_malformed. A prompt
+    that fails ``check`` is a malformed row."""
     counts: Counter = Counter()
     prompts = []
     for row in read_rows(paths):
         counts["rows"] += 1
         try:
-            prompt = row_prompt(row, tokenizer, config)
+            prompt = row_prompt(row, tokenizer, config, check)
         except MalformedRow:
             if config.malformed == "stop":
                 raise
@@ -167,5 +193,6 @@ def prompts_batch(prompts: list[RLPrompt], pad_id: int, uid_prefix: str) -> Batc
             "ground_truth": [p.ground_truth for p in prompts],
             "extra_info": [p.extra_info for p in prompts],
             "raw_prompt": [p.messages for p in prompts],
+            "tools": [p.tools for p in prompts],
         }
     )

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ascent.data.chat import check_messages, render_chat
+from ascent.data.chat import check_messages, check_tools, render_chat
 from ascent.data.files import MalformedRow, Row, read_rows
 from ascent.engine.config import Strict
 
@@ -54,7 +54,12 @@ class SFTExample:
 
 
 def chat_example(tokenizer: Any, messages: list[dict], tools: list | None = None) -> SFTExample:
-    """Token ids of the rendered conversation and its assistant-token loss mask."""
+    """Token ids of the rendered conversation and its assistant-token loss mask.
+
+    An assistant turn's span runs from the end of the generation prompt to the end of the
+    turn as the template renders it: the tokens RL samples (``ascent.agents.conversation``,
+    the same ``render_chat``) and, after the end-of-turn token, whatever the template writes
+    there (ChatML's "\n"), which inference never samples."""
     full = render_chat(tokenizer, messages, tools=tools, generation=False)
     spans = []
     for turn, message in enumerate(messages):
@@ -99,7 +104,10 @@ def row_example(row: Row, tokenizer: Any, config: SFTDataConfig) -> SFTExample:
             check_messages(messages, config.messages_key)
             if config.template == "none":
                 raise MalformedRow("template 'none' takes prompt/response rows, not messages")
-            return chat_example(tokenizer, messages, data.get(config.tools_key))
+            tools = data.get(config.tools_key)
+            if tools is not None:
+                tools = check_tools(tools, config.tools_key)
+            return chat_example(tokenizer, messages, tools)
         for key in (config.prompt_key, config.response_key):
             if key not in data:
                 raise MalformedRow(

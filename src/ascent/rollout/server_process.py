@@ -2,6 +2,7 @@
 answers ``/health``, notice when it dies, stop it. Its output goes to a log file whose tail
 every error quotes, so a crash says why."""
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -39,11 +40,13 @@ class ServerProcess:
         self.env = {**os.environ, **(env or {})}
         self.url = f"http://127.0.0.1:{port}"
         self.process: subprocess.Popen | None = None
+        self._group: int | None = None  # the process group of the last start, until stopped
         self.starts = 0
 
     def start(self, timeout: float) -> "ServerProcess":
         """Start (or restart) the process and wait for ``/health``; raise ServerDied if it
         exits or does not answer within ``timeout`` seconds."""
+        self.stop()  # a restart: what is left of the last process group goes first
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("a") as handle:
             handle.write(f"--- start {self.starts + 1}: {' '.join(self.command)}\n")
@@ -54,7 +57,11 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 preexec_fn=_die_with_parent,
+                # Its own process group, so that stop() reaches the helpers it starts too
+                # (vLLM's engine core, workers and multiprocessing resource tracker).
+                start_new_session=True,
             )
+        self._group = self.process.pid  # a new session: the group id is the leader's pid
         self.starts += 1
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -81,11 +88,21 @@ class ServerProcess:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
-        if self.process is None:
+        """SIGTERM to the server's process group, SIGKILL after 30 s; then SIGKILL to
+        whatever of the group is left (a resource tracker ignores SIGTERM and outlives its
+        parent)."""
+        if self.process is None or self._group is None:
             return
-        self.process.terminate()
+        group, self._group = self._group, None
+        _signal_group(group, signal.SIGTERM)
         try:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        _signal_group(group, signal.SIGKILL)
+
+
+def _signal_group(group: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
+        os.killpg(group, signum)

@@ -128,6 +128,7 @@ class RolloutWorker(Worker):
                 "data_source": batch["data_source"][i],
                 "reward_model": {"ground_truth": batch["ground_truth"][i]},
                 "extra_info": batch["extra_info"][i],
+                "tools": batch["tools"][i] if "tools" in batch else None,
             }
             for i in range(len(batch))
         ]

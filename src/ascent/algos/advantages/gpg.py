@@ -18,8 +18,10 @@ from ascent.algos.types import AdvantageInputs, Advantages
 def gpg(inputs: AdvantageInputs) -> Advantages:
     """Rescaled group-mean-baseline advantages; needs ``inputs.group_ids``."""
     scores = sequence_scores(inputs.token_rewards, inputs.response_mask)
-    stats = group_stats(scores, inputs.require("group_ids", "gpg"))
-    alpha = scores.numel() / (scores != 0).sum().clamp(min=1).to(scores.dtype)
+    stats = group_stats(scores, inputs.require("group_ids", "gpg"), inputs.sample_weights)
+    # Counted in episodes where samples carry weights (all 1: B / #{s_i != 0}).
+    w = torch.ones_like(scores) if inputs.sample_weights is None else inputs.sample_weights
+    alpha = w.sum() / (w * (scores != 0)).sum().clamp(min=1e-12).to(scores.dtype)
     advantage = torch.where(stats.uniform, 0.0, alpha * (scores - stats.mean))
     tokens = broadcast_to_tokens(advantage, inputs.response_mask)
     return Advantages(advantages=tokens, returns=tokens)

@@ -18,7 +18,7 @@ from ascent.algos.types import AdvantageInputs, Advantages
 def grpo(inputs: AdvantageInputs, *, norm_by_std: bool = True, eps: float = 1e-6) -> Advantages:
     """Group-relative advantages; needs ``inputs.group_ids``."""
     scores = sequence_scores(inputs.token_rewards, inputs.response_mask)
-    stats = group_stats(scores, inputs.require("group_ids", "grpo"))
+    stats = group_stats(scores, inputs.require("group_ids", "grpo"), inputs.sample_weights)
     advantage = scores - stats.mean
     if norm_by_std:
         advantage = advantage / (stats.std + eps)

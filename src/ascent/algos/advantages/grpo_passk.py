@@ -36,7 +36,7 @@ def grpo_passk(
 
     others = torch.where(is_best, -torch.inf, scores)
     runner_up = group_reduce(others, index, num_groups, "amax")
-    stats = group_stats(scores, group_ids)
+    stats = group_stats(scores, group_ids, inputs.sample_weights)
     advantage = best[index] - runner_up[index]
     if norm_by_std:
         advantage = advantage / (stats.std + eps)

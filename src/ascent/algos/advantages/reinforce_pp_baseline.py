@@ -18,7 +18,9 @@ from ascent.algos.types import AdvantageInputs, Advantages
 def reinforce_pp_baseline(inputs: AdvantageInputs) -> Advantages:
     """Group-baselined, batch-whitened advantages; needs ``inputs.group_ids``."""
     scores = sequence_scores(inputs.token_rewards, inputs.response_mask)
-    stats = group_stats(scores, inputs.require("group_ids", "reinforce_pp_baseline"))
+    stats = group_stats(
+        scores, inputs.require("group_ids", "reinforce_pp_baseline"), inputs.sample_weights
+    )
     centred = torch.where(stats.uniform, 0.0, scores - stats.mean)
     tokens = broadcast_to_tokens(centred, inputs.response_mask)
     whitened = masked_whiten(tokens, inputs.response_mask)

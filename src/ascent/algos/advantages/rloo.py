@@ -16,7 +16,7 @@ from ascent.algos.types import AdvantageInputs, Advantages
 def rloo(inputs: AdvantageInputs) -> Advantages:
     """Leave-one-out baseline advantages; needs ``inputs.group_ids``."""
     scores = sequence_scores(inputs.token_rewards, inputs.response_mask)
-    stats = group_stats(scores, inputs.require("group_ids", "rloo"))
+    stats = group_stats(scores, inputs.require("group_ids", "rloo"), inputs.sample_weights)
     n = stats.count
     advantage = torch.where(stats.uniform, 0.0, n / (n - 1).clamp(min=1) * (scores - stats.mean))
     tokens = broadcast_to_tokens(advantage, inputs.response_mask)

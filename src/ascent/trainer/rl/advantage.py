@@ -4,6 +4,7 @@ verl-named metrics of the step's batch, and PF-PPO resampling."""
 import torch
 from torch import Tensor
 
+from ascent.agents.episodes import episode_weights
 from ascent.algos import (
     AdaptiveKLController,
     AdvantageInputs,
@@ -63,6 +64,8 @@ class AdvantageStage:
             group_ids=batch.group_ids("uid"),
             values=batch.get("values"),
             baseline_scores=batch.get("baseline_scores"),
+            # Multi-turn rows: a drifted episode's samples share one count in their group.
+            sample_weights=episode_weights(batch) if "episode" in batch else None,
         )
         result = compute_advantages(plan.estimator, inputs, **plan.estimator_params)
         batch = batch.assign(rewards=rewards, advantages=result.advantages, returns=result.returns)

@@ -11,7 +11,12 @@ from pathlib import Path
 
 import torch
 
-from ascent.agents.episodes import agent_metrics, episode_outcomes, last_rows
+from ascent.agents.episodes import (
+    agent_metrics,
+    agent_prompt_check,
+    episode_outcomes,
+    last_rows,
+)
 from ascent.algos.group_filter import groups_with_signal
 from ascent.batch import Batch
 from ascent.config import dump_config
@@ -55,9 +60,11 @@ class RLRun:
             config.model.path, trust_remote_code=config.model.trust_remote_code
         )
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        train, counts = load_rl_prompts(config.data.train_files, self.tokenizer, config.data)
+        agent = config.rollout.agent
+        check = agent_prompt_check(agent) if agent is not None else None
+        train, counts = load_rl_prompts(config.data.train_files, self.tokenizer, config.data, check)
         self.val_prompts, val_counts = load_rl_prompts(
-            config.data.val_files, self.tokenizer, config.data
+            config.data.val_files, self.tokenizer, config.data, check
         )
         self.val_prompts = self.val_prompts[: config.data.val_max_prompts]
         print(f"prompts: train {dict(counts)}; validation {dict(val_counts)}")

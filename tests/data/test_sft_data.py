@@ -157,3 +157,23 @@ def test_parquet_jsonl_and_datasets_directories_read_the_same(tmp_path):
         assert [r.data for r in read_rows(path)] == rows
     with pytest.raises(FileNotFoundError, match="does not exist"):
         read_rows(tmp_path / "missing.parquet")
+
+
+def test_tool_definitions_are_checked_and_stored_json_renders_the_same(tokenizer, tmp_path):
+    """A row's tools as a JSON string (parquet's usual form) give the example the list gives;
+    a malformed definition names its row and position."""
+    tokenizer.chat_template = TOOL_TEMPLATE
+    messages = [m for m in CONVERSATION if "tool_calls" not in m]
+    rows = [
+        {"messages": messages, "tools": TOOLS},
+        {"messages": messages, "tools": json.dumps(TOOLS)},
+    ]
+    file = write_jsonl(tmp_path / "tools.jsonl", rows)
+    (listed, stored), _ = load_sft_examples([file], tokenizer, SFTDataConfig(train_files=[file]))
+    assert listed == stored
+    assert listed == chat_example(tokenizer, messages, [{"type": "function", "function": TOOLS[0]}])
+    bad = write_jsonl(
+        tmp_path / "bad.jsonl", [{"messages": messages, "tools": [{"parameters": {}}]}]
+    )
+    with pytest.raises(MalformedRow, match=r"row 0 of .*bad\.jsonl: tools\[0\] must be a tool"):
+        load_sft_examples([bad], tokenizer, SFTDataConfig(train_files=[bad]))

@@ -9,6 +9,7 @@ are 0 on rendered tokens. An episode whose template drifted gives several sample
 row with the prompt's uid (so its group), and ``episode`` says which episode it came from.
 """
 
+from collections import Counter
 from collections.abc import Callable
 
 import torch
@@ -173,9 +174,7 @@ def episode_weights(batch: Batch) -> torch.Tensor:
     """(B,) 1/k for each of an episode's k samples: group statistics then count each episode
     once, however many samples drift split it into."""
     keys = episode_keys(batch)
-    counts: dict[tuple, int] = {}
-    for key in keys:
-        counts[key] = counts.get(key, 0) + 1
+    counts = Counter(keys)
     return torch.tensor([1.0 / counts[key] for key in keys], dtype=torch.float32)
 
 

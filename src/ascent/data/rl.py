@@ -13,7 +13,8 @@ MalformedRow that names the row.
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -57,6 +58,7 @@ class RLPrompt:
     ability: str | None = None
     messages: list[dict] | None = None  # the chat prompt (an agent's environment starts here)
     tools: list[dict] | None = None  # the row's tool definitions (data.chat.check_tools form)
+    prompt_id: str = ""  # where the row came from: "<file name>#<row>" (records of what trained)
 
 
 PromptCheck = Callable[[RLPrompt], None]  # raises MalformedRow for a prompt a run cannot use
@@ -71,7 +73,7 @@ def row_prompt(
         prompt = _prompt(row.data, tokenizer, config)
         if check is not None:
             check(prompt)
-        return prompt
+        return replace(prompt, prompt_id=f"{Path(row.source).name}#{row.index}")
     except MalformedRow as error:
         raise row.malformed(error) from error.__cause__  # keeps a template's own traceback
 
@@ -175,8 +177,8 @@ class PromptStream:
 
 
 def prompts_batch(prompts: list[RLPrompt], pad_id: int, uid_prefix: str) -> Batch:
-    """``prompts`` (B, P) left-padded with ``prompt_mask``; per-row uid, data_source,
-    ground_truth, extra_info."""
+    """``prompts`` (B, P) left-padded with ``prompt_mask``; per-row uid (this batch's group
+    id), prompt_id (the data row), data_source, ground_truth, extra_info, raw_prompt, tools."""
     width = max(len(p.prompt_ids) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros(len(prompts), width, dtype=torch.long)
@@ -189,6 +191,7 @@ def prompts_batch(prompts: list[RLPrompt], pad_id: int, uid_prefix: str) -> Batc
             "prompts": ids,
             "prompt_mask": mask,
             "uid": [f"{uid_prefix}-{i}" for i in range(len(prompts))],
+            "prompt_id": [p.prompt_id for p in prompts],
             "data_source": [p.data_source for p in prompts],
             "ground_truth": [p.ground_truth for p in prompts],
             "extra_info": [p.extra_info for p in prompts],

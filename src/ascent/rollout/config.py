@@ -88,3 +88,14 @@ class RolloutConfig(Strict):
         True, description="Release the KV cache after each generate (colocated training)."
     )
     cuda_graphs: bool = Field(True, description="Capture decode steps in CUDA graphs on CUDA.")
+    background: bool = Field(
+        False,
+        description="Generation beside training (submit now, take later; trainer.mode "
+        "one_step_off or async): new weights are copied in between two decode steps, never "
+        "aliased to the trainer's, and the cache is kept.",
+    )
+    partial_rollouts: bool = Field(
+        True,
+        description="background: responses in flight at a weight update go on under the new "
+        "weights (tokens record their versions); false: they restart from their prompts.",
+    )

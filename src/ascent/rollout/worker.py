@@ -10,6 +10,7 @@ from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
 from ascent.engine.modules import unwrap
 from ascent.models.loading import load_causal_lm, load_tokenizer
+from ascent.rollout.background import BackgroundGeneration
 from ascent.rollout.config import RolloutConfig, generation_dtype
 from ascent.rollout.engine import NativeEngine, WeightUpdate
 from ascent.rollout.hf_engine import TransformersEngine
@@ -24,7 +25,8 @@ class RolloutWorker(Worker):
 
     Input: ``prompts`` (B, P) token ids, left-padded, and ``prompt_mask`` (B, P). Output:
     every input row repeated ``n`` times (its other fields, ``uid`` included, copied along),
-    plus ``responses``, ``response_mask``, ``rollout_log_probs`` (B * n, max_new_tokens),
+    plus ``responses``, ``response_mask``, ``rollout_log_probs``, ``rollout_weight_versions``
+    (the weight version that sampled each token) (B * n, max_new_tokens),
     ``input_ids`` / ``attention_mask`` (prompt then response), ``finish_reason`` per row, and
     the engine's ``weight_version`` in the meta.
     """
@@ -41,6 +43,8 @@ class RolloutWorker(Worker):
         self._update: WeightUpdate | dict | None = None
         self._environments = None  # rollout.agent: a row -> a fresh environment
         self.engine = None  # an in-process engine (native, transformers)
+        self.background: BackgroundGeneration | None = None  # started by the first submit
+        self._submitted: dict[str, tuple[Batch, SamplingParams]] = {}
         if cfg.engine in ("vllm", "openai"):
             self.backend = start_http_backend(cfg, self.tokenizer, self.ctx.dp_rank, self.device)
             return
@@ -68,6 +72,8 @@ class RolloutWorker(Worker):
 
     def close(self) -> None:
         """Stop what the backend started (vLLM servers, the native step thread)."""
+        if getattr(self, "background", None) is not None:
+            self.background.close()
         if getattr(self, "backend", None) is not None:
             asyncio.run(self.backend.close())
 
@@ -91,10 +97,7 @@ class RolloutWorker(Worker):
         params = self.sampling(sampling)
         if self.config.agent is not None:
             return self._episodes(batch, params)
-        prompts = [
-            row[mask.bool()].tolist()
-            for row, mask in zip(batch["prompts"], batch["prompt_mask"], strict=True)
-        ]
+        prompts = _prompt_ids(batch)
         if self.backend is None:
             samples = self.engine.generate(prompts, params)
         else:
@@ -103,10 +106,93 @@ class RolloutWorker(Worker):
             self.engine.sleep()
         return self._as_batch(batch, samples, params)
 
+    # -- generation beside training (rollout.background) ---------------------------------
+
+    @register(Dispatch.DP)
+    def start_rollouts(self, batch: Batch, tag: str, sampling: dict | None = None) -> None:
+        """Start generating ``batch``'s rollouts and return at once; ``take_rollouts(tag)`` waits
+        for them. The engine decodes on its own thread meanwhile, and weight updates land
+        between two of its steps."""
+        if not self.config.background:
+            raise RuntimeError("start_rollouts needs rollout.background=true (trainer.mode async)")
+        if self.backend is None:
+            raise ValueError("generation beside training needs engine native, vllm or openai")
+        if self.background is None:
+            self.background = BackgroundGeneration(self.backend)
+        params = self.sampling(sampling)
+        if self.config.agent is not None:
+            self.background.submit_coroutine(tag, self._play(batch, params))
+        else:
+            self.background.submit(tag, _prompt_ids(batch), params)
+        self._submitted[tag] = (batch, params)
+
+    @register(Dispatch.DP)
+    def take_rollouts(self, tag: str) -> Batch:
+        """The rollouts of ``start_rollouts(batch, tag)``, as ``generate`` returns them."""
+        if self.background is None or tag not in self._submitted:
+            raise KeyError(f"no rollouts {tag!r} were submitted to this rank")
+        batch, params = self._submitted.pop(tag)
+        results = self.background.take(tag)
+        if self.config.agent is not None:
+            return self._episodes_batch(batch, results, params)
+        return self._as_batch(batch, results, params)
+
+    @register(Dispatch.RANK_ZERO)
+    def background_counters(self) -> dict[str, float]:
+        """Rank 0's running totals: seconds with generation in flight (busy_s) and responses
+        regenerated after weight updates (restarted; partial_rollouts=false)."""
+        if self.background is None:
+            return {"busy_s": 0.0, "restarted": 0.0}
+        return {
+            "busy_s": self.background.busy_seconds(),
+            "restarted": float(self.background.restarted),
+        }
+
+    def _load_in_background(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """New weights between two decode steps of the running engine (copied)."""
+        if self.engine is not None:
+            tensors = list(named_tensors)
+            apply = lambda: self.backend.update_weights(tensors)  # noqa: E731
+        else:
+            if self.config.engine == "openai":
+                self._refresh_server(())  # raises: a frozen endpoint cannot follow the policy
+            directory = write_weights(self.backend.weights_dir, named_tensors)
+
+            async def apply() -> int:  # a server reloads with its requests held in place
+                await self.backend.pause("keep")
+                try:
+                    return await self.backend.update_weights_from_disk(str(directory))
+                finally:
+                    await self.backend.resume()
+
+        if self.background is None:
+            self.background = BackgroundGeneration(self.backend)
+        return self.background.update_weights(apply, self.config.partial_rollouts)
+
     def _episodes(self, batch: Batch, params: SamplingParams) -> Batch:
         """``params.n`` multi-turn episodes per row (``rollout.agent``), as training rows."""
+
+        async def play() -> list:
+            try:
+                return await self._play(batch, params)
+            finally:
+                await self.backend.release_connections()
+
+        episodes = asyncio.run(play())
+        if self.config.free_cache_after_generate and hasattr(self.engine, "sleep"):
+            self.engine.sleep()
+        return self._episodes_batch(batch, episodes, params)
+
+    def _episodes_batch(self, batch: Batch, episodes: list, params: SamplingParams) -> Batch:
+        from ascent.agents.episodes import episodes_batch
+
+        out = episodes_batch(batch, episodes, params.n, params.max_new_tokens, self.pad_id)
+        return out.with_meta(weight_version=self.weight_version)
+
+    async def _play(self, batch: Batch, params: SamplingParams) -> list:
+        """Play ``params.n`` episodes of every row against the backend."""
         # Imported here: the agent layer builds on the rollout package, not the reverse.
-        from ascent.agents.episodes import environment_factory, episodes_batch
+        from ascent.agents.episodes import environment_factory
         from ascent.agents.loop import AgentLimits, run_episodes
 
         if self.backend is None:
@@ -132,20 +218,9 @@ class RolloutWorker(Worker):
             }
             for i in range(len(batch))
         ]
-
-        async def play() -> list:
-            try:
-                return await run_episodes(
-                    self.backend, self.tokenizer, self._environments, rows, params, limits
-                )
-            finally:
-                await self.backend.release_connections()
-
-        episodes = asyncio.run(play())
-        if self.config.free_cache_after_generate and hasattr(self.engine, "sleep"):
-            self.engine.sleep()
-        out = episodes_batch(batch, episodes, params.n, params.max_new_tokens, self.pad_id)
-        return out.with_meta(weight_version=self.weight_version)
+        return await run_episodes(
+            self.backend, self.tokenizer, self._environments, rows, params, limits
+        )
 
     def _as_batch(self, batch: Batch, samples: list[Sample], params: SamplingParams) -> Batch:
         width = params.max_new_tokens
@@ -153,17 +228,22 @@ class RolloutWorker(Worker):
         responses = torch.full((rows, width), self.pad_id, dtype=torch.long)
         response_mask = torch.zeros(rows, width, dtype=torch.long)
         log_probs = torch.zeros(rows, width, dtype=torch.float32)
+        versions = torch.zeros(rows, width, dtype=torch.int32)
         for row, sample in enumerate(samples):
             count = len(sample.token_ids)
             responses[row, :count] = torch.tensor(sample.token_ids, dtype=torch.long)
             response_mask[row, :count] = 1
             if sample.log_probs is not None:
                 log_probs[row, :count] = torch.tensor(sample.log_probs)
+            versions[row, :count] = torch.tensor(
+                sample.weight_versions or [sample.weight_version] * count, dtype=torch.int32
+            )
         repeated = batch.repeat_interleave(params.n)
         return repeated.assign(
             responses=responses,
             response_mask=response_mask,
             rollout_log_probs=log_probs,
+            rollout_weight_versions=versions,
             input_ids=torch.cat([repeated["prompts"], responses], dim=1),
             attention_mask=torch.cat([repeated["prompt_mask"].long(), response_mask], dim=1),
             finish_reason=[s.finish_reason for s in samples],
@@ -178,9 +258,15 @@ class RolloutWorker(Worker):
         An unsharded actor (one rank) whose parameters have the engine's dtype and device is
         read in place: the engine's parameters alias the actor's tensors, no copy. Otherwise
         every rank streams the full weights (one all-gather per tensor) into its engine.
-        ``check`` compares engine and actor weights afterwards (debug; gathers again).
+        ``check`` compares engine and actor weights afterwards (debug; gathers again). With
+        ``background`` the weights are copied in between two decode steps of the running
+        engine (aliased, the optimiser would change them under a decode step).
         """
         engine = self.ctx.colocated(role).engine
+        if self.config.background:
+            version = self._load_in_background(engine.full_weights())
+            difference = self.engine.max_weight_difference(engine.full_weights()) if check else None
+            return {"weight_version": version, "max_weight_difference": difference}
         if self.engine is None:  # a server: the weights travel through a safetensors directory
             return {
                 "weight_version": self._refresh_server(engine.full_weights()),
@@ -203,13 +289,14 @@ class RolloutWorker(Worker):
     @register(Dispatch.ALL)
     def begin_weight_update(self) -> None:
         """Start a refresh that arrives in buckets (``load_weight_bucket``)."""
-        self._update = {} if self.engine is None else self.engine.begin_weight_update()
+        gathered = self.engine is None or self.config.background  # applied at once, at the end
+        self._update = {} if gathered else self.engine.begin_weight_update()
 
     @register(Dispatch.ALL)
     def load_weight_bucket(self, bucket: dict[str, torch.Tensor]) -> None:
         if self._update is None:
             raise RuntimeError("load_weight_bucket before begin_weight_update")
-        if isinstance(self._update, dict):  # a server: gathered, then written at the end
+        if isinstance(self._update, dict):  # a server or background: gathered, then applied
             self._update.update(bucket)
         else:
             self._update.load(bucket.items())
@@ -221,6 +308,8 @@ class RolloutWorker(Worker):
             raise RuntimeError("finish_weight_update before begin_weight_update")
         if isinstance(self._update, dict):
             tensors, self._update = self._update, None
+            if self.config.background:  # never half-new weights under a decode step
+                return self._load_in_background(tensors.items())
             return self._refresh_server(tensors.items())
         version, self._update = self._update.finish(), None
         return version
@@ -251,3 +340,11 @@ class RolloutWorker(Worker):
                 f"weight_difference needs an in-process engine, not {self.config.engine}"
             )
         return self.engine.max_weight_difference(reference.items())
+
+
+def _prompt_ids(batch: Batch) -> list[list[int]]:
+    """Each row's prompt tokens (``prompts`` without the left padding)."""
+    return [
+        row[mask.bool()].tolist()
+        for row, mask in zip(batch["prompts"], batch["prompt_mask"], strict=True)
+    ]

@@ -119,16 +119,17 @@ class ActorWorker(EngineCheckpoints, Worker):
         metrics: dict = {}
         weights = None
         if "rollout_log_probs" in micro:
+            mode = cfg.rollout_correction.mode or "none"
             correction = rollout_correction(
                 old,
                 micro["rollout_log_probs"].to(device),
                 mask,
                 level=cfg.rollout_correction.level,
-                mode=cfg.rollout_correction.mode,
+                mode=mode,
                 lower=cfg.rollout_correction.lower,
                 upper=cfg.rollout_correction.upper,
             )
-            weights = correction.weights if cfg.rollout_correction.mode != "none" else None
+            weights = correction.weights if mode != "none" else None
             metrics |= {f"rollout_{k}": v for k, v in correction.metrics.items()}
         reference = micro["ref_log_probs"].to(device) if "ref_log_probs" in micro else None
         objective = actor_objective(

@@ -20,8 +20,10 @@ class PolicyLossSettings(Strict):
 class RolloutCorrectionSettings(Strict):
     """Importance weights for the rollout engine's log-probs differing from the trainer's."""
 
-    mode: Literal["none", "truncate", "mask"] = Field(
-        "none", description="truncate (TIS), mask (MIS/IcePop), or none (metrics only)."
+    mode: Literal["none", "truncate", "mask"] | None = Field(
+        None,
+        description="truncate (TIS), mask (MIS/IcePop), or none (metrics only); None: "
+        "truncate when trainer.mode is one_step_off or async (stale rollouts), else none.",
     )
     level: Literal["token", "sequence"] = Field("token", description="Ratio per token or sequence.")
     lower: float = Field(0.5, gt=0, description="Lower ratio bound for mode 'mask'.")

@@ -169,6 +169,26 @@ class RLTrainerSettings(RunSettings):
     log_generations: int = Field(
         4, ge=0, description="Generations per step written to generations.jsonl."
     )
+    mode: Literal["sync", "one_step_off", "async"] = Field(
+        "sync",
+        description="sync: generate, then train, in turn. one_step_off: step t+1's rollouts "
+        "are generated (by the weights before step t's update) while step t trains. async: "
+        "generation runs on; each update enters the running engine between decode steps, "
+        "and step t's prompts start once the rollout holds weights at most max_staleness "
+        "updates older than step t's.",
+    )
+    max_staleness: int = Field(
+        1,
+        ge=1,
+        description="async: how many updates a trained token's weights may lag the "
+        "trainer's (bounded by waiting: prompts are not started earlier).",
+    )
+    partial_rollouts: bool = Field(
+        True,
+        description="async: responses in flight at an update go on under the new weights "
+        "(tokens record their versions); false: they are dropped and restarted from their "
+        "prompts under the new weights (no response mixes versions).",
+    )
     dump_rollouts: str | None = Field(None, description="Save each step's scored batch here.")
     replay_rollouts: str | None = Field(None, description="Train on saved batches, no generation.")
 
@@ -250,6 +270,15 @@ class Plan:
             f"step(s), micro-batches of <= {a.tokens_per_micro_batch} tokens; old log-probs "
             + ("recomputed" if self.recompute_log_probs else "from the update (on-policy)"),
         ]
+        t = config.trainer
+        if t.mode == "one_step_off":
+            lines.append("  generation: one step ahead of training (staleness 1)")
+        elif t.mode == "async":
+            restart = "" if t.partial_rollouts else "; responses in flight restart at an update"
+            lines.append(
+                f"  generation: asynchronous, weights updated in flight, staleness <= "
+                f"{t.max_staleness}{restart}"
+            )
         if self.critic:
             lines.append(
                 f"  critic: {config.critic.epochs_per_step} epoch(s) x "
@@ -305,6 +334,7 @@ def make_plan(config: RLConfig) -> Plan:
             f"data.prompts_per_step={prompts} must be a multiple of the rollout's {rollout_world} "
             "rank(s) (each generates an equal share of the prompts)"
         )
+    _check_mode(config, dynamic, estimator)
     if config.rollout.agent is not None:
         if not config.data.chat_template:
             raise ValueError(
@@ -342,6 +372,25 @@ def make_plan(config: RLConfig) -> Plan:
         actor_mini_batches=mini_batches("actor", config.actor.prompts_per_update),
         critic_mini_batches=mini_batches("critic", config.critic.prompts_per_update),
     )
+
+
+def _check_mode(config: RLConfig, dynamic_sampling: bool, estimator: str) -> None:
+    """What generating ahead of training cannot do, refused before any worker starts."""
+    mode = config.trainer.mode
+    if mode == "sync":
+        return
+    conflicts = {
+        "algorithm.dynamic_sampling": dynamic_sampling,  # refills depend on the step's scores
+        "the remax estimator (greedy baselines of the step's prompts)": estimator == "remax",
+        "trainer.replay_rollouts": config.trainer.replay_rollouts is not None,
+        f"rollout.engine={config.rollout.engine}": config.rollout.engine
+        in ("transformers", "openai"),
+    }
+    for what, present in conflicts.items():
+        if present:
+            raise ValueError(
+                f"trainer.mode={mode} cannot be combined with {what}; use trainer.mode=sync"
+            )
 
 
 def _check_names(estimator: str, loss: str, kl_estimator: str) -> None:

@@ -17,6 +17,11 @@ from ascent.workers import (
 
 def actor_config(config: RLConfig, plan: Plan) -> ActorConfig:
     a = config.actor
+    correction = a.rollout_correction
+    if correction.mode is None:  # stale rollouts are importance-weighted by default
+        correction = correction.model_copy(
+            update={"mode": "none" if config.trainer.mode == "sync" else "truncate"}
+        )
     return ActorConfig(
         model=config.model,
         optim=a.optim,
@@ -28,7 +33,7 @@ def actor_config(config: RLConfig, plan: Plan) -> ActorConfig:
         kl_estimator=plan.kl_estimator,
         temperature=config.rollout.temperature,  # the trainer scores tokens as they were sampled
         max_response_length=config.rollout.max_response_length,
-        rollout_correction=a.rollout_correction,
+        rollout_correction=correction,
         epochs=a.epochs_per_step,
         mini_batches=plan.actor_mini_batches,
         tokens_per_micro_batch=a.tokens_per_micro_batch,
@@ -64,6 +69,7 @@ def reference_config(config: RLConfig) -> ReferenceConfig:
 
 def rollout_config(config: RLConfig, colocated: bool) -> RolloutConfig:
     r = config.rollout
+    background = config.trainer.mode != "sync"
     return RolloutConfig(
         model=config.model.model_copy(update={"lora": None}),
         engine=r.engine,
@@ -82,8 +88,10 @@ def rollout_config(config: RLConfig, colocated: bool) -> RolloutConfig:
         max_model_len=config.data.max_prompt_length + r.max_response_length,
         kv_cache_bytes=r.kv_cache_bytes,
         dtype=r.dtype,
-        free_cache_after_generate=colocated,
+        free_cache_after_generate=colocated and not background,
         cuda_graphs=r.cuda_graphs,
+        background=background,
+        partial_rollouts=config.trainer.partial_rollouts,
     )
 
 

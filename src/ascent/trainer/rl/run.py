@@ -31,11 +31,13 @@ from ascent.trainer.checkpoint_parts import restore_rng, save_run_parts
 from ascent.trainer.checkpoints import Checkpoints
 from ascent.trainer.faults import NonFiniteGuard
 from ascent.trainer.rl.advantage import AdvantageStage
+from ascent.trainer.rl.ahead import RolloutsAhead, staleness_metrics, step_seed
 from ascent.trainer.rl.config import RLConfig, make_plan
 from ascent.trainer.rl.roles import spawn_roles
 from ascent.trainer.run_dir import CannotStart, start_run
 from ascent.trainer.tracking import Tracker, keep_records_up_to
 
+TRAINED_PROMPTS = "trained_prompts.jsonl"  # per step: the prompt_id of every group trained on
 CONSOLE = [
     "critic/score/mean",
     "critic/acc/mean",
@@ -96,7 +98,8 @@ class RLRun:
         self.critic, self.reference = self.groups.get("critic"), self.groups.get("reference")
         write_processes(self.run_dir / "processes.json", self.groups)
         if self.begin.records_up_to is not None:  # a lost attempt's later records go
-            keep_records_up_to(self.run_dir / "generations.jsonl", self.begin.records_up_to)
+            for records in ("generations.jsonl", TRAINED_PROMPTS):
+                keep_records_up_to(self.run_dir / records, self.begin.records_up_to)
         self.tracker = Tracker(
             self.run_dir,
             config.tracking,
@@ -106,7 +109,22 @@ class RLRun:
             run_ids=self.begin.state.get("tracking"),
         )
         self.timings: dict[str, float] = {}
+        self.ahead: RolloutsAhead | None = None
+        self.version_offset = 0  # trainer's weight version - the rollout engine's
         self.start_step = self.saved_step = self._resume()
+        if cfg.mode != "sync":
+            self.ahead = RolloutsAhead(
+                self.rollout,
+                self.stream,
+                pad_id=self.pad_id,
+                prompts_per_step=config.data.prompts_per_step,
+                total_steps=self.total_steps,
+                seed=cfg.seed,
+                max_staleness=1 if cfg.mode == "one_step_off" else cfg.max_staleness,
+                in_flight_updates=cfg.mode == "async",
+            )
+            self.ahead.start(self.start_step, self.begin.checkpoint)
+            self._busy_s = 0.0
 
     # -- stages the loop calls --------------------------------------------------------------
 
@@ -125,6 +143,8 @@ class RLRun:
             if not path.exists():
                 raise FileNotFoundError(f"replay: no saved batch for step {step + 1} at {path}")
             return Batch.load(path), {}
+        if self.ahead is not None:
+            return self._collect_ahead(step)
         kept, metrics = [], defaultdict(float)
         groups_wanted = cfg.data.prompts_per_step
         for round_index in range(
@@ -133,19 +153,12 @@ class RLRun:
             prompts = prompts_batch(
                 self.stream.take(groups_wanted), self.pad_id, f"{step + 1}.{round_index}"
             )
-            seed = cfg.trainer.seed * 1_000_003 + step * 101 + round_index
+            seed = step_seed(cfg.trainer.seed, step, round_index)
             with self.timer("gen"):
                 batch = self.rollout.generate(prompts, sampling={"seed": seed})
-            if "episode" in batch:  # rollout.agent
-                metrics.update(agent_metrics(batch))
-            with self.timer("reward"):
-                batch, counts = self.rewards.score(batch)
-                if "episode" in batch:  # an episode's outcome is all its samples'
-                    batch = episode_outcomes(batch)
-                if self.plan.greedy_baseline:
-                    batch = batch.assign(baseline_scores=self._greedy_scores(prompts, seed))
-            for key, value in counts.items():
-                metrics[key] += value
+            batch = self._scored(batch, metrics)
+            if self.plan.greedy_baseline:
+                batch = batch.assign(baseline_scores=self._greedy_scores(prompts, seed))
             if not self.plan.dynamic_sampling:
                 kept = [batch]
                 break
@@ -156,6 +169,40 @@ class RLRun:
         batch = self._trimmed(Batch.concat(kept, pad=rollout_padding(self.pad_id)), metrics)
         if cfg.trainer.dump_rollouts:
             batch.save(Path(cfg.trainer.dump_rollouts) / f"step_{step + 1:08d}", overwrite=True)
+        return batch, dict(metrics)
+
+    def _scored(self, batch: Batch, metrics: defaultdict) -> Batch:
+        """Rewards of a generated batch (an episode's outcome shared by its samples); the
+        scorer's counts and the agent metrics are added to ``metrics``."""
+        if "episode" in batch:  # rollout.agent
+            metrics.update(agent_metrics(batch))
+        with self.timer("reward"):
+            batch, counts = self.rewards.score(batch)
+            if "episode" in batch:  # an episode's outcome is all its samples'
+                batch = episode_outcomes(batch)
+        for key, value in counts.items():
+            metrics[key] += value
+        return batch
+
+    def _collect_ahead(self, step: int) -> tuple[Batch, dict[str, float]]:
+        """trainer.mode one_step_off / async: the step's rollouts, generated while earlier
+        steps trained; their staleness and the generation side's busy time are measured."""
+        self.ahead.fill(step)
+        with self.timer("wait_rollouts"):  # the trainer's idle time
+            batch = self.ahead.take(step)
+        metrics: defaultdict = defaultdict(float)
+        if "rollout_weight_versions" in batch:  # in the trainer's numbering
+            versions = batch["rollout_weight_versions"] + self.version_offset
+            batch = batch.assign(rollout_weight_versions=versions)
+            metrics.update(staleness_metrics(versions, batch["response_mask"], self.weight_version))
+        counters = self.rollout.background_counters()
+        metrics["async/generation_busy_s"] = counters["busy_s"] - self._busy_s
+        metrics["async/restarted_total"] = counters["restarted"]
+        self._busy_s = counters["busy_s"]
+        batch = self._scored(batch, metrics)
+        if self.config.trainer.dump_rollouts:
+            path = Path(self.config.trainer.dump_rollouts) / f"step_{step + 1:08d}"
+            batch.save(path, overwrite=True)
         return batch, dict(metrics)
 
     def _greedy_scores(self, prompts: Batch, seed: int) -> torch.Tensor:
@@ -185,11 +232,16 @@ class RLRun:
     def sync_rollout(self, updated: bool = True) -> None:
         """The actor's weights into the rollout engine; ``weight_version`` counts the
         updates it has been given (logged as rollout/weight_version, kept in checkpoints)."""
+        if self.ahead is not None:
+            self.ahead.before_sync()  # one_step_off: what is in flight finishes first
         if self.config.rollout.resources is None:
-            self.rollout.sync_from_colocated("actor")
+            engine_version = self.rollout.sync_from_colocated("actor")[0]["weight_version"]
         else:
-            sync_weights(self.actor, self.rollout, self.config.rollout.weight_bucket_bytes)
+            engine_version = sync_weights(
+                self.actor, self.rollout, self.config.rollout.weight_bucket_bytes
+            )
         self.weight_version += int(updated)
+        self.version_offset = self.weight_version - engine_version
 
     def validate(self) -> dict[str, float]:
         """Greedy answers to the validation prompts: val/<data_source>/acc and /score, and
@@ -232,6 +284,10 @@ class RLRun:
         }
         self.tracker.log(metrics, step, printer=printer)
         self.timings = {}
+        if "prompt_id" in batch:  # which data rows this step trained on, for audits
+            trained = list(dict.fromkeys(batch["prompt_id"]))
+            with open(self.run_dir / TRAINED_PROMPTS, "a") as out:
+                out.write(json.dumps({"step": step, "prompt_ids": trained}) + "\n")
         if self.config.trainer.log_generations:
             rows = range(min(self.config.trainer.log_generations, len(batch)))
             lengths = response_lengths(batch).tolist()
@@ -273,6 +329,8 @@ class RLRun:
             save_run_parts(
                 directory, self.process_pools, self.run_dir, self.config.model, self.tokenizer
             )
+            if self.ahead is not None:  # prompts submitted, not trained: submitted again
+                self.ahead.save(directory)
 
         state = {
             "data": self.stream.state(),

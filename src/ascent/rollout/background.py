@@ -1,0 +1,165 @@
+"""Generation beside training (``trainer.mode`` one_step_off and async): a step's prompts are
+submitted now and their samples taken later, while the engine keeps decoding and the trainer
+keeps training; new weights arrive between two decode steps without stopping it.
+
+One event loop on a thread of its own drives the backend's ``generate_n`` (one task per
+prompt, so a prompt's samples come back together and one prompt can be restarted alone).
+Weight updates run on the same loop. Two policies for the responses in flight when weights
+change:
+
+- ``partial_rollouts=True``: they go on under the new weights; each token records the version
+  that sampled it (``Sample.weight_versions``), so a response may span versions.
+- ``partial_rollouts=False``: they are cancelled (the engine frees their slots) and their
+  prompts regenerated from the start under the new weights: no response mixes versions, at
+  the price of the tokens thrown away (counted in ``restarted``).
+"""
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from ascent.rollout.protocol import RolloutBackend, TokenOut
+from ascent.rollout.types import Sample, SamplingParams
+
+
+@dataclass
+class _Prompt:
+    ids: list[int]
+    params: SamplingParams
+    future: Future
+
+
+@dataclass
+class Job:
+    """One submitted batch: its prompts' tasks (or one task for a whole agent batch)."""
+
+    prompts: list[_Prompt] = field(default_factory=list)
+    whole: Future | None = None  # an agent batch: one coroutine plays every episode
+
+
+class BackgroundGeneration:
+    def __init__(self, backend: RolloutBackend) -> None:
+        self.backend = backend
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="ascent-rollouts", daemon=True
+        )
+        self.thread.start()
+        self.jobs: dict[str, Job] = {}
+        self.restarted = 0  # responses regenerated after a weight update (partial_rollouts off)
+        self._lock = threading.Lock()
+        self._running = 0  # generation tasks not finished
+        self._busy_since = 0.0
+        self._busy_s = 0.0
+
+    def busy_seconds(self) -> float:
+        """Seconds so far during which some generation was in flight (the engine's side of
+        the overlap: the rest of the time it waited for prompts)."""
+        with self._lock:
+            ongoing = time.perf_counter() - self._busy_since if self._running else 0.0
+            return self._busy_s + ongoing
+
+    def _start(self, coroutine: Coroutine, generation: bool = True) -> Future:
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        if generation:
+            with self._lock:
+                if self._running == 0:
+                    self._busy_since = time.perf_counter()
+                self._running += 1
+            future.add_done_callback(self._finished)
+        return future
+
+    def _finished(self, _: Future) -> None:
+        with self._lock:
+            self._running -= 1
+            if self._running == 0:
+                self._busy_s += time.perf_counter() - self._busy_since
+
+    def submit(self, tag: str, prompts: list[list[int]], sampling: SamplingParams) -> None:
+        """Start ``sampling.n`` samples of every prompt; with a seed, prompt i samples with
+        seed + i (as ``generate_batch`` does)."""
+        if tag in self.jobs:
+            raise ValueError(f"rollouts {tag!r} were submitted already and not taken")
+        job = Job()
+        for index, ids in enumerate(prompts):
+            params = sampling
+            if sampling.seed is not None:
+                params = sampling.model_copy(update={"seed": sampling.seed + index})
+            job.prompts.append(_Prompt(ids, params, self._start(self._generate(ids, params))))
+        self.jobs[tag] = job
+
+    def submit_coroutine(self, tag: str, coroutine: Coroutine) -> None:
+        """Run a coroutine producing a whole batch (an agent's episodes) in the background."""
+        if tag in self.jobs:
+            raise ValueError(f"rollouts {tag!r} were submitted already and not taken")
+        self.jobs[tag] = Job(whole=self._start(coroutine))
+
+    async def _generate(self, ids: list[int], params: SamplingParams) -> list[TokenOut]:
+        return await self.backend.generate_n(ids, params)
+
+    def pending(self) -> list[str]:
+        return list(self.jobs)
+
+    def done(self, tag: str) -> bool:
+        job = self.jobs[tag]
+        if job.whole is not None:
+            return job.whole.done()
+        return all(p.future.done() for p in job.prompts)
+
+    def take(self, tag: str) -> Any:
+        """Wait for ``tag``'s samples: ``Sample``s ordered by prompt then sample (or the
+        coroutine's result for a whole batch)."""
+        job = self.jobs.pop(tag)
+        if job.whole is not None:
+            return job.whole.result()
+        return [
+            Sample(
+                i,
+                s,
+                o.token_ids,
+                o.log_probs,
+                o.finish_reason,
+                o.weight_version or 0,
+                o.weight_versions,
+            )
+            for i, prompt in enumerate(job.prompts)
+            for s, o in enumerate(prompt.future.result())
+        ]
+
+    def update_weights(
+        self, apply: Callable[[], Awaitable[int]], partial_rollouts: bool = True
+    ) -> int:
+        """Run ``apply`` (the backend's weight update) on the loop, between two decode steps;
+        returns the new version. Without partial rollouts, responses in flight are cancelled
+        first and their prompts resubmitted after, under the new weights."""
+        unfinished = [] if partial_rollouts else self._unfinished()
+        for prompt in unfinished:
+            prompt.future.cancel()
+        version = self._start(apply(), generation=False).result()
+        for prompt in unfinished:
+            self.restarted += prompt.params.n
+            prompt.future = self._start(self._generate(prompt.ids, prompt.params))
+        return version
+
+    def _unfinished(self) -> list[_Prompt]:
+        if any(job.whole is not None for job in self.jobs.values()):
+            raise ValueError(
+                "partial_rollouts=false cannot restart agent episodes; use partial_rollouts=true"
+            )
+        return [p for job in self.jobs.values() for p in job.prompts if not p.future.done()]
+
+    def run(self, coroutine: Coroutine) -> Any:
+        """Run a coroutine on the loop (a control call to the backend) and wait for it."""
+        return self._start(coroutine, generation=False).result()
+
+    def close(self) -> None:
+        for job in self.jobs.values():
+            for future in [job.whole] if job.whole is not None else [p.future for p in job.prompts]:
+                future.cancel()
+        self.jobs.clear()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)

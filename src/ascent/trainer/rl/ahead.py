@@ -1,0 +1,132 @@
+"""Rollouts generated ahead of training (``trainer.mode`` one_step_off and async).
+
+Which prompts a step trains on never depends on timing: the producer takes prompts from the
+stream in step order, ``prompts_per_step`` at a time, and step t trains on exactly the prompts
+submitted for step t, whenever their samples come back. Only which weights sampled them
+depends on timing, and that is bounded:
+
+    weight version v = updates applied so far (the trainer trains step t at version t);
+    step t's prompts are submitted only once t - k steps are trained (the rollout then
+    holds version t - k), so every token trained at step t was sampled by a version in
+    [t - k, t].
+
+one_step_off is k = 1 with weights changed only between batches: after step t's update the
+producer waits for step t+1's samples, then loads the new weights, then submits step t+2
+(step t+1 is sampled entirely by version t, staleness exactly 1). async loads every update
+into the running engine at once (responses in flight go on under it, or restart, per
+``trainer.partial_rollouts``) and runs up to k steps ahead.
+
+A checkpoint keeps the prompts of every step submitted and not yet trained (in flight or
+finished); a resumed run submits them again, with the same per-step seeds, before taking new
+prompts from the stream (whose saved position is after them). So the steps after a crash
+train on the same prompts as they would have without it, none lost, none twice; only their
+samples are drawn anew (by the restored weights).
+"""
+
+import time
+from pathlib import Path
+
+import torch
+
+from ascent.batch import Batch
+from ascent.controller import WorkerGroup
+from ascent.data.rl import PromptStream, prompts_batch
+
+AHEAD_DIR = "rollouts_ahead"  # in a checkpoint: one prompt batch per submitted step
+
+
+def step_seed(run_seed: int, step: int, round_index: int = 0) -> int:
+    """The sampling seed of a step's generation (the same in every mode)."""
+    return run_seed * 1_000_003 + step * 101 + round_index
+
+
+class RolloutsAhead:
+    """The producer side: submits steps' prompts as the staleness bound allows, hands each
+    step its rollouts, and saves / restores what is submitted and not trained."""
+
+    def __init__(
+        self,
+        rollout: WorkerGroup,
+        stream: PromptStream,
+        *,
+        pad_id: int,
+        prompts_per_step: int,
+        total_steps: int,
+        seed: int,
+        max_staleness: int,
+        in_flight_updates: bool,
+    ) -> None:
+        self.rollout, self.stream, self.pad_id = rollout, stream, pad_id
+        self.prompts_per_step, self.total_steps, self.seed = prompts_per_step, total_steps, seed
+        self.max_staleness, self.in_flight_updates = max_staleness, in_flight_updates
+        self.prompts: dict[int, Batch] = {}  # step -> its prompts (submitted, not trained)
+        self.finished: dict[int, Batch] = {}  # step -> its rollouts (taken early)
+        self.next_step = 0  # the next step whose prompts come from the stream
+        self.wait_s = 0.0  # the trainer's time waiting for rollouts (its idle time)
+
+    def start(self, step: int, saved: Path | None = None) -> None:
+        """Begin at ``step``: submit again the steps a checkpoint saved (``saved``: its
+        directory), before any new prompt is taken from the stream."""
+        self.next_step = step
+        if saved is not None and (saved / AHEAD_DIR).is_dir():
+            for directory in sorted((saved / AHEAD_DIR).iterdir()):
+                submitted = int(directory.name.removeprefix("step_"))
+                self._submit(submitted, Batch.load(directory))
+                self.next_step = max(self.next_step, submitted + 1)
+
+    def fill(self, done: int) -> None:
+        """Submit every step the bound allows once ``done`` steps are trained: up to step
+        done + k (the weights then are version ``done`` or, with steps that did not update
+        the actor, older ones: lag in versions never exceeds lag in steps)."""
+        while self.next_step <= done + self.max_staleness and self.next_step < self.total_steps:
+            step = self.next_step
+            taken = self.stream.take(self.prompts_per_step)
+            self._submit(step, prompts_batch(taken, self.pad_id, f"{step + 1}.0"))
+            self.next_step += 1
+
+    def _submit(self, step: int, prompts: Batch) -> None:
+        self.rollout.start_rollouts(prompts, tag=_tag(step), sampling={"seed": step_seed(self.seed, step)})
+        self.prompts[step] = prompts
+
+    def take(self, step: int) -> Batch:
+        """Step ``step``'s rollouts, waiting for them if need be."""
+        if step not in self.prompts:
+            raise RuntimeError(f"step {step}'s prompts were not submitted (next {self.next_step})")
+        del self.prompts[step]
+        if step in self.finished:
+            return self.finished.pop(step)
+        return self._wait(step)
+
+    def _wait(self, step: int) -> Batch:
+        began = time.perf_counter()
+        rollouts = self.rollout.take_rollouts(_tag(step))
+        self.wait_s += time.perf_counter() - began
+        return rollouts
+
+    def before_sync(self) -> None:
+        """one_step_off: the samples in flight finish under the weights they began with."""
+        if not self.in_flight_updates:
+            for step in sorted(set(self.prompts) - set(self.finished)):
+                self.finished[step] = self._wait(step)
+
+    def save(self, directory: Path) -> None:
+        """The prompts of every step submitted and not trained, to be submitted again."""
+        for step, prompts in self.prompts.items():
+            prompts.save(directory / AHEAD_DIR / f"step_{step:08d}")
+
+
+def _tag(step: int) -> str:
+    return f"step-{step}"
+
+
+def staleness_metrics(versions: torch.Tensor, mask: torch.Tensor, current: int) -> dict:
+    """How many updates old the weights that sampled the step's tokens were: mean and max
+    over response tokens, and the share of responses whose tokens span several versions."""
+    valid = mask.bool()
+    lag = (current - versions).float()
+    spans = [len(set(row[keep].tolist())) > 1 for row, keep in zip(versions, valid, strict=True)]
+    return {
+        "async/staleness_mean": float(lag[valid].mean()) if valid.any() else 0.0,
+        "async/staleness_max": float(lag[valid].max()) if valid.any() else 0.0,
+        "async/mixed_version_frac": sum(spans) / max(len(spans), 1),
+    }

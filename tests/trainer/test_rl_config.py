@@ -106,3 +106,30 @@ def test_unknown_names_fail_before_any_worker_starts():
         load_config(RLConfig, None, [*BASE, "algorithm.name=ppo2"])
     with pytest.raises(ConfigError, match=r"did you mean 'rollout\.samples_per_prompt'"):
         load_config(RLConfig, None, [*BASE, "rollout.samples_per_promt=4"])
+
+
+@pytest.mark.parametrize(
+    ("conflict", "named"),
+    [
+        ("algorithm.name=dapo", "algorithm.dynamic_sampling"),
+        ("algorithm.name=remax", "remax"),
+        ("rollout.engine=transformers", "rollout.engine=transformers"),
+        ("trainer.replay_rollouts=/saved", "trainer.replay_rollouts"),
+    ],
+)
+@pytest.mark.parametrize("mode", ["one_step_off", "async"])
+def test_generating_ahead_refuses_what_needs_the_step_in_turn(mode, conflict, named):
+    """Dynamic sampling's refills and ReMax's greedy baselines need the step's own scores or
+    prompts at generation time; the transformers engine has no background decoding."""
+    with pytest.raises(ValueError, match=rf"trainer\.mode={mode} cannot .*{named}"):
+        plan_for(f"trainer.mode={mode}", conflict)
+
+
+def test_stale_rollouts_are_importance_weighted_unless_configured():
+    from ascent.trainer.rl.roles import actor_config
+
+    for mode, expected in (("sync", "none"), ("one_step_off", "truncate"), ("async", "truncate")):
+        config, plan = plan_for(f"trainer.mode={mode}")
+        assert actor_config(config, plan).rollout_correction.mode == expected
+    config, plan = plan_for("trainer.mode=async", "actor.rollout_correction.mode=mask")
+    assert actor_config(config, plan).rollout_correction.mode == "mask"

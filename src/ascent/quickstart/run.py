@@ -76,17 +76,10 @@ def fresh_output(out_dir: str) -> Path:
     return out
 
 
-def run_quickstart(
-    seed: int = 0,
-    out_dir: str = "runs/quickstart",
-    steps: int = 400,
-    lr: float = 4e-4,
-    sft_target: float = 0.3,
-    overrides: tuple[str, ...] = (),
-) -> int:
-    """Runs everything; returns 0 when RL raised held-out accuracy by at least 30 points."""
-    began = time.perf_counter()
-    out = fresh_output(out_dir)
+def prepare(seed: int, out: Path, sft_target: float = 0.3) -> tuple[str, dict[str, str], dict, int]:
+    """The task's data and the SFT warm start in ``out``: returns the warm model's
+    directory, the RL data files (train, held_out), the warm start's summary and the
+    number of held-out problems."""
 
     def base_model(attempt: int) -> str:
         """A fresh ~1M-parameter model; attempt 0 is initialised from the run's seed."""
@@ -120,8 +113,23 @@ def run_quickstart(
         "train": write_rl_rows(data_dir / "train.jsonl", train),
         "held_out": write_rl_rows(data_dir / "held_out.jsonl", held_out),
     }
+    return str(out / "sft"), data, warm, len(held_out)
+
+
+def run_quickstart(
+    seed: int = 0,
+    out_dir: str = "runs/quickstart",
+    steps: int = 400,
+    lr: float = 4e-4,
+    sft_target: float = 0.3,
+    overrides: tuple[str, ...] = (),
+) -> int:
+    """Runs everything; returns 0 when RL raised held-out accuracy by at least 30 points."""
+    began = time.perf_counter()
+    out = fresh_output(out_dir)
+    model_dir, data, warm, held_out_problems = prepare(seed, out, sft_target)
     rl_began = time.perf_counter()
-    result = train_rl(rl_config(str(out / "sft"), data, out, seed, steps, lr, overrides))
+    result = train_rl(rl_config(model_dir, data, out, seed, steps, lr, overrides))
     rl_seconds = time.perf_counter() - rl_began
 
     history = result["validation"]
@@ -132,7 +140,7 @@ def run_quickstart(
         "accuracy_before": before,
         "accuracy_after": after,
         "gain_points": 100 * (after - before),
-        "held_out_problems": len(held_out),
+        "held_out_problems": held_out_problems,
         "seed": seed,
         "sft": warm,
         "rl": {"steps": steps, "seconds": rl_seconds, "lr": lr},
@@ -144,8 +152,9 @@ def run_quickstart(
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot_run(summary, out / "progress.png")
     print(
-        f"\nheld-out accuracy (greedy, {len(held_out)} problems): before RL {before:.1%}, after RL "
-        f"{after:.1%} ({summary['gain_points']:+.1f} points) in {summary['seconds']:.0f} s total\n"
+        f"\nheld-out accuracy (greedy, {held_out_problems} problems): before RL {before:.1%}, "
+        f"after RL {after:.1%} ({summary['gain_points']:+.1f} points) in "
+        f"{summary['seconds']:.0f} s total\n"
         f"model: {result['export_dir']}  plot: {out / 'progress.png'}  "
         f"TensorBoard: {out / 'rl' / 'tensorboard'}  summary: {out / 'summary.json'}"
     )

@@ -85,7 +85,9 @@ class RolloutsAhead:
             self.next_step += 1
 
     def _submit(self, step: int, prompts: Batch) -> None:
-        self.rollout.start_rollouts(prompts, tag=_tag(step), sampling={"seed": step_seed(self.seed, step)})
+        self.rollout.start_rollouts(
+            prompts, tag=_tag(step), sampling={"seed": step_seed(self.seed, step)}
+        )
         self.prompts[step] = prompts
 
     def take(self, step: int) -> Batch:

@@ -70,11 +70,14 @@ def train_rl(config: RLConfig) -> dict:
                     with run.timer("validation"):
                         history.append((done, run.validate()))
                     metrics |= history[-1][1]
+                run.timings["timing_s/step"] = time.perf_counter() - began
+                # Records before the checkpoint: a crash between the two loses no step's
+                # records (a resume drops those after its checkpoint). The save's seconds
+                # are logged with the next step.
+                run.log(done, batch, metrics, printer=tqdm.write)
                 if cfg.save_every and done % cfg.save_every == 0 and done < run.total_steps:
                     with run.timer("save"):
                         run.save(done)
-                run.timings["timing_s/step"] = time.perf_counter() - began
-                run.log(done, batch, metrics, printer=tqdm.write)
                 progress.update(1)
                 progress.set_postfix(score=f"{metrics.get('critic/score/mean', float('nan')):.3f}")
                 if stop.signal is not None:

@@ -76,9 +76,7 @@ def test_generating_ahead_still_learns(tiny_model, prompts, tmp_path, mode, seed
 @pytest.mark.learning
 @pytest.mark.integration
 @pytest.mark.slow
-def test_async_with_the_rollout_in_its_own_process_learns(
-    tiny_model, prompts, tmp_path, local_ray
-):
+def test_async_with_the_rollout_in_its_own_process_learns(tiny_model, prompts, tmp_path, local_ray):
     """Separate placement: the weights of each update cross processes and enter the running
     engine between decode steps."""
     train_rl(

@@ -114,15 +114,21 @@ class ActorWorker(EngineCheckpoints, Worker):
         )
         mask = micro["response_mask"].to(device)
         old = micro["old_log_probs"].to(device) if "old_log_probs" in micro else log_probs.detach()
-        inputs = PolicyLossInputs(log_probs, old, micro["advantages"].to(device), mask)
+        behaviour = micro["rollout_log_probs"].to(device) if "rollout_log_probs" in micro else None
+        # Anchored at the rollout, the ratio is itself the importance weight against the
+        # weights that sampled, and the clip bounds the move away from them.
+        anchored = cfg.rollout_correction.anchor == "rollout" and behaviour is not None
+        inputs = PolicyLossInputs(
+            log_probs, behaviour if anchored else old, micro["advantages"].to(device), mask
+        )
         policy = compute_policy_loss(cfg.loss.name, inputs, **cfg.loss.params)
         metrics: dict = {}
         weights = None
-        if "rollout_log_probs" in micro:
-            mode = cfg.rollout_correction.mode or "none"
+        if behaviour is not None:
+            mode = "none" if anchored else cfg.rollout_correction.mode or "none"
             correction = rollout_correction(
                 old,
-                micro["rollout_log_probs"].to(device),
+                behaviour,
                 mask,
                 level=cfg.rollout_correction.level,
                 mode=mode,

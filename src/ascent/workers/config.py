@@ -26,6 +26,13 @@ class RolloutCorrectionSettings(Strict):
         "truncate when trainer.mode is one_step_off or async (stale rollouts), else none.",
     )
     level: Literal["token", "sequence"] = Field("token", description="Ratio per token or sequence.")
+    anchor: Literal["trainer", "rollout"] | None = Field(
+        None,
+        description="What the policy ratio is taken against: trainer (old log-probs "
+        "recomputed or the update's own; rollout weights by mode) or rollout (the log-probs "
+        "of the weights that sampled: the clip bounds the move from them, no separate "
+        "weights). None: rollout when trainer.mode is one_step_off or async, else trainer.",
+    )
     lower: float = Field(0.5, gt=0, description="Lower ratio bound for mode 'mask'.")
     upper: float = Field(2.0, gt=0, description="Upper bound: truncation or masking.")
 

@@ -17,11 +17,11 @@ from ascent.workers import (
 
 def actor_config(config: RLConfig, plan: Plan) -> ActorConfig:
     a = config.actor
-    correction = a.rollout_correction
-    if correction.mode is None:  # stale rollouts are importance-weighted by default
-        correction = correction.model_copy(
-            update={"mode": "none" if config.trainer.mode == "sync" else "truncate"}
-        )
+    correction, stale = a.rollout_correction, config.trainer.mode != "sync"
+    if correction.mode is None:
+        correction = correction.model_copy(update={"mode": "truncate" if stale else "none"})
+    if correction.anchor is None:  # stale rollouts: the clip bounds the move from them
+        correction = correction.model_copy(update={"anchor": "rollout" if stale else "trainer"})
     return ActorConfig(
         model=config.model,
         optim=a.optim,

@@ -7,6 +7,7 @@ The model has head_dim 32: vLLM's CPU attention has no kernel for the default ti
 import asyncio
 import json
 import sys
+import time
 
 import pytest
 
@@ -145,3 +146,44 @@ def test_grpo_with_vllm_rollouts_learns_the_quickstart_task(tmp_path):
     lines = (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()
     mismatch = [json.loads(line)["rollout/mismatch_kl"] for line in lines if "mismatch_kl" in line]
     assert len(mismatch) == 150 and max(mismatch) < 1e-2, max(mismatch)
+
+
+def test_a_weight_update_in_flight_holds_requests_and_they_finish(vllm, model_dir, tmp_path):
+    """trainer.mode=async with vLLM: requests in flight are held (pause "keep") while the
+    servers reload, then finish; their tokens name the version they started under, and the
+    requests after the update sample from the new weights."""
+    from ascent.rollout.background import BackgroundGeneration
+
+    base = load_causal_lm(model_dir)
+    other = causal_lm_from_config(base.config, seed=11)
+    directory = write_weights(tmp_path / "new", other.named_parameters())
+    background = BackgroundGeneration(vllm)
+    started = vllm.version
+    try:
+        background.submit("in-flight", PROMPTS, GREEDY.model_copy(update={"max_new_tokens": 200}))
+        time.sleep(0.2)
+
+        async def reload() -> int:
+            await vllm.pause("keep")
+            try:
+                return await vllm.update_weights_from_disk(str(directory))
+            finally:
+                await vllm.resume()
+
+        version = background.update_weights(reload)
+        held = background.take("in-flight")
+        background.submit("after", PROMPTS, GREEDY)
+        after = background.take("after")
+    finally:
+        background.close()
+        asyncio.run(
+            vllm.update_weights_from_disk(
+                str(write_weights(tmp_path / "old", base.named_parameters()))
+            )
+        )
+    assert version == started + 1
+    assert {s.finish_reason for s in held} <= {"length", "stop"}, "held, not aborted"
+    assert {s.weight_version for s in held} == {started}
+    expected = NativeEngine(other, max_num_seqs=4, max_model_len=256).generate(PROMPTS, GREEDY)
+    assert [s.token_ids for s in after] == [s.token_ids for s in expected]
+    assert {s.weight_version for s in after} == {version}

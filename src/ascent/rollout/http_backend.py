@@ -120,6 +120,7 @@ class HTTPBackend(RolloutBackend):
     ) -> list[TokenOut]:
         index = self._pick(session_id)
         body = self._body(prompt_ids, sampling)
+        started = self._version()  # a server names no per-token versions: see VLLMBackend
         for attempt in range(2):
             try:
                 response = await self._client().post(
@@ -133,12 +134,11 @@ class HTTPBackend(RolloutBackend):
                     raise ServerDied(self._describe(index, "is unreachable")) from None
         if response.status_code != 200:
             raise RuntimeError(f"{self.urls[index]} refused a request: {response.text[:2000]}")
-        version = self._version()
         outs = []
         for choice in sorted(response.json()["choices"], key=lambda c: c["index"]):
             ids = choice["token_ids"]
             log_probs = (choice.get("logprobs") or {}).get("token_logprobs") or []
-            outs.append(TokenOut(ids, log_probs, choice["finish_reason"], [version] * len(ids)))
+            outs.append(TokenOut(ids, log_probs, choice["finish_reason"], [started] * len(ids)))
         return outs
 
     def _version(self) -> int:
@@ -208,8 +208,9 @@ class VLLMBackend(HTTPBackend):
     trained policy: ``update_weights_from_disk`` reloads every server in place from a
     safetensors directory (``/collective_rpc`` ``reload_weights``), drops prefix-cache entries
     computed with the old weights, and bumps the version. vLLM reports no per-token weight
-    version, so a response's tokens carry the version current when it finished; refreshes run
-    between steps (``pause("wait")`` first when requests may be in flight)."""
+    version, so a response's tokens carry the version current when its request was sent: one
+    that spanned a refresh in flight (``pause("keep")``, reload, ``resume``: trainer.mode
+    async) is counted as old as it can be, never younger than it is."""
 
     name = "vLLM backend"
     capabilities = frozenset(

@@ -115,6 +115,7 @@ def test_unknown_names_fail_before_any_worker_starts():
         ("algorithm.name=remax", "remax"),
         ("rollout.engine=transformers", "rollout.engine=transformers"),
         ("trainer.replay_rollouts=/saved", "trainer.replay_rollouts"),
+        ("rollout.agent.max_turns=2 trainer.partial_rollouts=false", "rollout.agent"),
     ],
 )
 @pytest.mark.parametrize("mode", ["one_step_off", "async"])
@@ -122,7 +123,7 @@ def test_generating_ahead_refuses_what_needs_the_step_in_turn(mode, conflict, na
     """Dynamic sampling's refills and ReMax's greedy baselines need the step's own scores or
     prompts at generation time; the transformers engine has no background decoding."""
     with pytest.raises(ValueError, match=rf"trainer\.mode={mode} cannot .*{named}"):
-        plan_for(f"trainer.mode={mode}", conflict)
+        plan_for(f"trainer.mode={mode}", *conflict.split())
 
 
 def test_stale_rollouts_are_importance_weighted_unless_configured():

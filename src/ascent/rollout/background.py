@@ -22,8 +22,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from ascent.rollout.protocol import RolloutBackend, TokenOut
-from ascent.rollout.types import Sample, SamplingParams
+from ascent.rollout.protocol import RolloutBackend, TokenOut, samples_of
+from ascent.rollout.types import SamplingParams
 
 
 @dataclass
@@ -101,34 +101,13 @@ class BackgroundGeneration:
     async def _generate(self, ids: list[int], params: SamplingParams) -> list[TokenOut]:
         return await self.backend.generate_n(ids, params)
 
-    def pending(self) -> list[str]:
-        return list(self.jobs)
-
-    def done(self, tag: str) -> bool:
-        job = self.jobs[tag]
-        if job.whole is not None:
-            return job.whole.done()
-        return all(p.future.done() for p in job.prompts)
-
     def take(self, tag: str) -> Any:
         """Wait for ``tag``'s samples: ``Sample``s ordered by prompt then sample (or the
         coroutine's result for a whole batch)."""
         job = self.jobs.pop(tag)
         if job.whole is not None:
             return job.whole.result()
-        return [
-            Sample(
-                i,
-                s,
-                o.token_ids,
-                o.log_probs,
-                o.finish_reason,
-                o.weight_version or 0,
-                o.weight_versions,
-            )
-            for i, prompt in enumerate(job.prompts)
-            for s, o in enumerate(prompt.future.result())
-        ]
+        return samples_of([prompt.future.result() for prompt in job.prompts])
 
     def update_weights(
         self, apply: Callable[[], Awaitable[int]], partial_rollouts: bool = True

@@ -134,19 +134,7 @@ class RolloutBackend:
         groups = await asyncio.gather(
             *(self.generate_n(p, params(i)) for i, p in enumerate(prompts))
         )
-        return [
-            Sample(
-                i,
-                s,
-                o.token_ids,
-                o.log_probs,
-                o.finish_reason,
-                o.weight_version or 0,
-                o.weight_versions,
-            )
-            for i, outs in enumerate(groups)
-            for s, o in enumerate(outs)
-        ]
+        return samples_of(groups)
 
     # -- control plane ----------------------------------------------------------------------
 
@@ -192,6 +180,24 @@ class RolloutBackend:
     async def release_connections(self) -> None:
         """Drop what is bound to the running event loop (``asyncio.run`` is about to end
         it); in-process backends hold nothing of the kind."""
+
+
+def samples_of(groups: list[list[TokenOut]]) -> list[Sample]:
+    """Each prompt's responses (``generate_n`` results, in prompt order) as ``Sample``s
+    ordered by prompt then sample."""
+    return [
+        Sample(
+            i,
+            s,
+            o.token_ids,
+            o.log_probs,
+            o.finish_reason,
+            o.weight_version or 0,
+            o.weight_versions,
+        )
+        for i, outs in enumerate(groups)
+        for s, o in enumerate(outs)
+    ]
 
 
 def render_chat(tokenizer: object, messages: list[dict], tools: list[dict] | None) -> list[int]:

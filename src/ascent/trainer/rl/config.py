@@ -385,6 +385,9 @@ def _check_mode(config: RLConfig, dynamic_sampling: bool, estimator: str) -> Non
         "trainer.replay_rollouts": config.trainer.replay_rollouts is not None,
         f"rollout.engine={config.rollout.engine}": config.rollout.engine
         in ("transformers", "openai"),
+        # an episode's turns cannot be replayed onto new weights
+        "rollout.agent with trainer.partial_rollouts=false": config.rollout.agent is not None
+        and not config.trainer.partial_rollouts,
     }
     for what, present in conflicts.items():
         if present:

@@ -108,6 +108,8 @@ def test_a_dead_server_is_restarted_with_the_latest_weights(vllm, model_dir, tmp
     again = vllm.generate_batch(PROMPTS[:1], GREEDY)  # restarts it, reloads, retries
     assert vllm.processes[0].starts == 2
     assert again[0].token_ids == expected[0].token_ids
+    time.sleep(2)  # a server started from a pool thread died when that thread ended
+    assert vllm.processes[0].alive(), "the restarted server outlives the call that restarted it"
 
 
 def test_a_server_that_cannot_start_reports_its_log(tmp_path):

@@ -165,7 +165,10 @@ class HTTPBackend(RolloutBackend):
             if process.alive():
                 return True  # another request restarted it meanwhile
             print(process.report("died; restarting it"), flush=True)
-            await asyncio.to_thread(process.start, self.startup_timeout_s)
+            # On this thread, not a pool's: the server is tied to the thread that starts it
+            # (PR_SET_PDEATHSIG fires when that thread ends, and asyncio.to_thread's end with
+            # their loop). Blocking the loop meanwhile costs nothing: requests wait for it.
+            process.start(self.startup_timeout_s)
             await self._after_restart(index)
             return True
 

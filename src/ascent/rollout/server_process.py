@@ -17,7 +17,8 @@ import httpx
 
 def _die_with_parent() -> None:
     """In the child before exec: on Linux, get SIGTERM when the parent dies (a killed worker
-    must not leave a server holding memory and a port)."""
+    must not leave a server holding memory and a port). Linux ties this to the thread that
+    started the child: start servers from a thread that lives as long as they should."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 

@@ -133,3 +133,16 @@ def test_an_async_run_killed_with_sigkill_resumes_onto_the_same_prompts(
     assert rerun.returncode == 0, err
     assert f"at step {killed_at}" in out
     assert trained(run_dir) == trained(tmp_path / "straight"), "none lost, none twice"
+
+
+def test_staleness_counts_response_tokens_only():
+    """Padding (version 0 outside the mask) is neither stale nor a second version."""
+    import torch
+
+    from ascent.trainer.rl.ahead import staleness_metrics
+
+    versions = torch.tensor([[3, 3, 0, 0], [2, 3, 3, 0]], dtype=torch.int32)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]])
+    assert staleness_metrics(versions, mask, current=4) == pytest.approx(
+        {"async/staleness_mean": 1.2, "async/staleness_max": 2.0, "async/mixed_version_frac": 0.5}
+    )

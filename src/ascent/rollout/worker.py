@@ -43,7 +43,7 @@ class RolloutWorker(Worker):
         self._update: WeightUpdate | dict | None = None
         self._environments = None  # rollout.agent: a row -> a fresh environment
         self.engine = None  # an in-process engine (native, transformers)
-        self.background: BackgroundGeneration | None = None  # started by the first submit
+        self.background: BackgroundGeneration | None = None  # see _background
         self._submitted: dict[str, tuple[Batch, SamplingParams]] = {}
         if cfg.engine in ("vllm", "openai"):
             self.backend = start_http_backend(cfg, self.tokenizer, self.ctx.dp_rank, self.device)
@@ -117,13 +117,11 @@ class RolloutWorker(Worker):
             raise RuntimeError("start_rollouts needs rollout.background=true (trainer.mode async)")
         if self.backend is None:
             raise ValueError("generation beside training needs engine native, vllm or openai")
-        if self.background is None:
-            self.background = BackgroundGeneration(self.backend)
         params = self.sampling(sampling)
         if self.config.agent is not None:
-            self.background.submit_coroutine(tag, self._play(batch, params))
+            self._background().submit_coroutine(tag, self._play(batch, params))
         else:
-            self.background.submit(tag, _prompt_ids(batch), params)
+            self._background().submit(tag, _prompt_ids(batch), params)
         self._submitted[tag] = (batch, params)
 
     @register(Dispatch.DP)
@@ -165,9 +163,13 @@ class RolloutWorker(Worker):
                 finally:
                     await self.backend.resume()
 
+        return self._background().update_weights(apply, self.config.partial_rollouts)
+
+    def _background(self) -> BackgroundGeneration:
+        """The background loop, started by the first submit or weight update."""
         if self.background is None:
             self.background = BackgroundGeneration(self.backend)
-        return self.background.update_weights(apply, self.config.partial_rollouts)
+        return self.background
 
     def _episodes(self, batch: Batch, params: SamplingParams) -> Batch:
         """``params.n`` multi-turn episodes per row (``rollout.agent``), as training rows."""
@@ -265,25 +267,23 @@ class RolloutWorker(Worker):
         engine = self.ctx.colocated(role).engine
         if self.config.background:
             version = self._load_in_background(engine.full_weights())
-            difference = self.engine.max_weight_difference(engine.full_weights()) if check else None
-            return {"weight_version": version, "max_weight_difference": difference}
-        if self.engine is None:  # a server: the weights travel through a safetensors directory
-            return {
-                "weight_version": self._refresh_server(engine.full_weights()),
-                "max_weight_difference": None,
-            }
-        engine.reshard()  # alias the persistent shards, never a transient gathered copy
-        model = unwrap(engine.module.model)
-        local = self.world_size == 1 and model is engine.module.model  # no LoRA to merge
-        if local:
-            named = (
-                (n, p.to_local() if hasattr(p, "to_local") else p)
-                for n, p in model.named_parameters()
-            )
-            version = self.engine.load_weights(named, alias=True)
+        elif self.engine is None:  # a server: the weights travel through a safetensors directory
+            version = self._refresh_server(engine.full_weights())
         else:
-            version = self.engine.load_weights(engine.full_weights())
-        difference = self.engine.max_weight_difference(engine.full_weights()) if check else None
+            engine.reshard()  # alias the persistent shards, never a transient gathered copy
+            model = unwrap(engine.module.model)
+            local = self.world_size == 1 and model is engine.module.model  # no LoRA to merge
+            if local:
+                named = (
+                    (n, p.to_local() if hasattr(p, "to_local") else p)
+                    for n, p in model.named_parameters()
+                )
+                version = self.engine.load_weights(named, alias=True)
+            else:
+                version = self.engine.load_weights(engine.full_weights())
+        difference = None  # a server's weights cannot be read back
+        if check and self.engine is not None:
+            difference = self.engine.max_weight_difference(engine.full_weights())
         return {"weight_version": version, "max_weight_difference": difference}
 
     @register(Dispatch.ALL)

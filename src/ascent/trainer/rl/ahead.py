@@ -23,7 +23,6 @@ train on the same prompts as they would have without it, none lost, none twice; 
 samples are drawn anew (by the restored weights).
 """
 
-import time
 from pathlib import Path
 
 import torch
@@ -62,7 +61,7 @@ class RolloutsAhead:
         self.prompts: dict[int, Batch] = {}  # step -> its prompts (submitted, not trained)
         self.finished: dict[int, Batch] = {}  # step -> its rollouts (taken early)
         self.next_step = 0  # the next step whose prompts come from the stream
-        self.wait_s = 0.0  # the trainer's time waiting for rollouts (its idle time)
+        self._busy_s = 0.0  # the generator's busy seconds at the last step taken
 
     def start(self, step: int, saved: Path | None = None) -> None:
         """Begin at ``step``: submit again the steps a checkpoint saved (``saved``: its
@@ -97,19 +96,20 @@ class RolloutsAhead:
         del self.prompts[step]
         if step in self.finished:
             return self.finished.pop(step)
-        return self._wait(step)
+        return self.rollout.take_rollouts(_tag(step))
 
-    def _wait(self, step: int) -> Batch:
-        began = time.perf_counter()
-        rollouts = self.rollout.take_rollouts(_tag(step))
-        self.wait_s += time.perf_counter() - began
-        return rollouts
+    def generator_metrics(self) -> dict[str, float]:
+        """The generator's busy seconds since the last call (the rest of the step it waited
+        for prompts) and the responses restarted so far (partial_rollouts=false)."""
+        counters = self.rollout.background_counters()
+        busy, self._busy_s = counters["busy_s"] - self._busy_s, counters["busy_s"]
+        return {"async/generation_busy_s": busy, "async/restarted_total": counters["restarted"]}
 
     def before_sync(self) -> None:
         """one_step_off: the samples in flight finish under the weights they began with."""
         if not self.in_flight_updates:
             for step in sorted(set(self.prompts) - set(self.finished)):
-                self.finished[step] = self._wait(step)
+                self.finished[step] = self.rollout.take_rollouts(_tag(step))
 
     def save(self, directory: Path) -> None:
         """The prompts of every step submitted and not trained, to be submitted again."""
@@ -125,10 +125,18 @@ def staleness_metrics(versions: torch.Tensor, mask: torch.Tensor, current: int) 
     """How many updates old the weights that sampled the step's tokens were: mean and max
     over response tokens, and the share of responses whose tokens span several versions."""
     valid = mask.bool()
+    if not valid.any():
+        return {
+            "async/staleness_mean": 0.0,
+            "async/staleness_max": 0.0,
+            "async/mixed_version_frac": 0.0,
+        }
     lag = (current - versions).float()
-    spans = [len(set(row[keep].tolist())) > 1 for row, keep in zip(versions, valid, strict=True)]
+    big = torch.iinfo(versions.dtype).max
+    newest = versions.masked_fill(~valid, -big).amax(dim=-1)
+    oldest = versions.masked_fill(~valid, big).amin(dim=-1)
     return {
-        "async/staleness_mean": float(lag[valid].mean()) if valid.any() else 0.0,
-        "async/staleness_max": float(lag[valid].max()) if valid.any() else 0.0,
-        "async/mixed_version_frac": sum(spans) / max(len(spans), 1),
+        "async/staleness_mean": float(lag[valid].mean()),
+        "async/staleness_max": float(lag[valid].max()),
+        "async/mixed_version_frac": float((newest > oldest).float().mean()),
     }

@@ -124,7 +124,6 @@ class RLRun:
                 in_flight_updates=cfg.mode == "async",
             )
             self.ahead.start(self.start_step, self.begin.checkpoint)
-            self._busy_s = 0.0
 
     # -- stages the loop calls --------------------------------------------------------------
 
@@ -135,8 +134,8 @@ class RLRun:
         self.timings[f"timing_s/{stage}"] = time.perf_counter() - began
 
     def collect(self, step: int) -> tuple[Batch, dict[str, float]]:
-        """The step's scored responses: generated and scored (with dynamic sampling's refills
-        and ReMax's greedy baselines), or replayed from disk."""
+        """The step's scored responses: generated now (trainer.mode sync) or ahead of
+        training (one_step_off, async), then scored; or replayed from disk."""
         cfg = self.config
         if cfg.trainer.replay_rollouts:
             path = Path(cfg.trainer.replay_rollouts) / f"step_{step + 1:08d}"
@@ -144,7 +143,17 @@ class RLRun:
                 raise FileNotFoundError(f"replay: no saved batch for step {step + 1} at {path}")
             return Batch.load(path), {}
         if self.ahead is not None:
-            return self._collect_ahead(step)
+            batch, metrics = self._collect_ahead(step)
+        else:
+            batch, metrics = self._collect_in_turn(step)
+        if cfg.trainer.dump_rollouts:
+            batch.save(Path(cfg.trainer.dump_rollouts) / f"step_{step + 1:08d}", overwrite=True)
+        return batch, dict(metrics)
+
+    def _collect_in_turn(self, step: int) -> tuple[Batch, defaultdict]:
+        """trainer.mode sync: generate the step's rollouts now, with dynamic sampling's
+        refills and ReMax's greedy baselines, and score them."""
+        cfg = self.config
         kept, metrics = [], defaultdict(float)
         groups_wanted = cfg.data.prompts_per_step
         for round_index in range(
@@ -166,10 +175,7 @@ class RLRun:
             kept.append(batch.index(groups_with_signal(batch["acc"], batch.group_ids("uid"))))
             if sum(len(b) for b in kept) >= groups_wanted * cfg.rollout.samples_per_prompt:
                 break
-        batch = self._trimmed(Batch.concat(kept, pad=rollout_padding(self.pad_id)), metrics)
-        if cfg.trainer.dump_rollouts:
-            batch.save(Path(cfg.trainer.dump_rollouts) / f"step_{step + 1:08d}", overwrite=True)
-        return batch, dict(metrics)
+        return self._trimmed(Batch.concat(kept, pad=rollout_padding(self.pad_id)), metrics), metrics
 
     def _scored(self, batch: Batch, metrics: defaultdict) -> Batch:
         """Rewards of a generated batch (an episode's outcome shared by its samples); the
@@ -184,7 +190,7 @@ class RLRun:
             metrics[key] += value
         return batch
 
-    def _collect_ahead(self, step: int) -> tuple[Batch, dict[str, float]]:
+    def _collect_ahead(self, step: int) -> tuple[Batch, defaultdict]:
         """trainer.mode one_step_off / async: the step's rollouts, generated while earlier
         steps trained; their staleness and the generation side's busy time are measured."""
         self.ahead.fill(step)
@@ -195,15 +201,8 @@ class RLRun:
             versions = batch["rollout_weight_versions"] + self.version_offset
             batch = batch.assign(rollout_weight_versions=versions)
             metrics.update(staleness_metrics(versions, batch["response_mask"], self.weight_version))
-        counters = self.rollout.background_counters()
-        metrics["async/generation_busy_s"] = counters["busy_s"] - self._busy_s
-        metrics["async/restarted_total"] = counters["restarted"]
-        self._busy_s = counters["busy_s"]
-        batch = self._scored(batch, metrics)
-        if self.config.trainer.dump_rollouts:
-            path = Path(self.config.trainer.dump_rollouts) / f"step_{step + 1:08d}"
-            batch.save(path, overwrite=True)
-        return batch, dict(metrics)
+        metrics.update(self.ahead.generator_metrics())
+        return self._scored(batch, metrics), metrics
 
     def _greedy_scores(self, prompts: Batch, seed: int) -> torch.Tensor:
         greedy = self.rollout.generate(prompts, sampling={"n": 1, "temperature": 0.0, "seed": seed})

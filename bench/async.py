@@ -2,7 +2,8 @@
 the rollout in one process and the trainer in another (separate placement over a local Ray,
 one CPU core each), measured side by side in one run.
 
-    .venv/bin/python bench/async.py [--steps 8 --warmup 2 --repeats 3] [--json PATH]
+    .venv/bin/python bench/async.py [--steps 8 --warmup 2 --repeats 3] [--engine native]
+                                    [--json PATH]
 
 The workload: GRPO on a Qwen2-shaped model with random weights (hidden 128, 4 layers), 16
 prompts x 4 samples of 64 tokens per step, the digit-share reward, no KL, lr 1e-6 (the policy
@@ -13,7 +14,9 @@ Columns: seconds per step; steps/s; generated tokens/s; the trainer's idle secon
 (waiting for rollouts: in sync the whole generation, ahead of training the wait for a step's
 samples plus, in one_step_off, for the next step's before the weights change); the
 generator's idle seconds per step (step time minus the time it had requests in flight); the
-speed-up in steps/s over sync.
+speed-up in steps/s over sync. ``--engine serve``: the rollout worker's generation runs in
+an ``ascent serve`` process it starts (its one core; weights over HTTP from a safetensors
+file).
 """
 
 import argparse
@@ -84,6 +87,7 @@ def run_mode(work: Path, mode: str, args: argparse.Namespace) -> list[dict]:
             "trainer.resume=off",
             "tracking.sinks=[jsonl]",
             "tracking.console_every=1000",
+            f"rollout.engine={args.engine}",
             *MODES[mode],
         ],
     )
@@ -114,6 +118,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--response-length", type=int, default=64)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--engine", default="native", choices=["native", "serve", "vllm"])
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     args = parser.parse_args()
 
@@ -147,8 +152,8 @@ def main() -> None:
     base = rows.get("sync", next(iter(rows.values())))["steps_per_s"]
     print(
         f"\n{args.prompts} prompts x {args.samples} samples x {args.response_length} tokens per "
-        f"step; rollout and trainer in separate processes (1 core each); medians of "
-        f"{args.repeats} x {args.steps} steps"
+        f"step; rollout ({args.engine}) and trainer in separate processes (1 core each); "
+        f"medians of {args.repeats} x {args.steps} steps"
     )
     print(
         "| mode | s/step | steps/s | tokens/s | trainer idle s/step | generator idle s/step "

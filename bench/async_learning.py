@@ -2,7 +2,8 @@
 GRPO from a short SFT warm start) trained with trainer.mode sync, one_step_off and async at
 max_staleness 1 and 4, from the same warm start per seed, same steps and settings, in one run.
 
-    .venv/bin/python bench/async_learning.py [--seeds 0 1 2 3] [--steps 150] [--json PATH]
+    .venv/bin/python bench/async_learning.py [--seeds 0 1 2 3] [--steps 150] [--engine native]
+                                             [--json PATH]
 
 Prints held-out greedy accuracy before and after RL per seed and mode, the gain in points,
 each mode's mean gain and its difference from sync's, and each run's RL seconds. A learning
@@ -34,6 +35,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--engine", default="native", choices=["native", "serve", "vllm"])
     parser.add_argument("--out", default=None, help="Keep the runs here (default: a temp dir).")
     parser.add_argument("--json", default=None, help="Also write the figures here.")
     args = parser.parse_args()
@@ -46,7 +48,12 @@ def main() -> None:
         model_dir, data, _, _ = prepare(seed, out)
         for mode in args.modes:
             run_out = out / mode.replace(" ", "_").replace("=", "")
-            overrides = (*MODES[mode], "trainer.progress_bar=false", "trainer.export=false")
+            overrides = (
+                *MODES[mode],
+                f"rollout.engine={args.engine}",
+                "trainer.progress_bar=false",
+                "trainer.export=false",
+            )
             began = time.perf_counter()
             result = train_rl(
                 rl_config(model_dir, data, run_out, seed, args.steps, 4e-4, overrides)
@@ -72,7 +79,10 @@ def main() -> None:
         gains = [r["gain_points"] for r in rows if r["mode"] == mode]
         summary[mode] = {"mean_gain": statistics.mean(gains), "min_gain": min(gains)}
     sync = summary.get("sync", {}).get("mean_gain")
-    print(f"\nquickstart task, {args.steps} GRPO steps; held-out gain in points")
+    print(
+        f"\nquickstart task, {args.steps} GRPO steps, rollout.engine={args.engine}; "
+        "held-out gain in points"
+    )
     print("| mode | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean | vs sync |")
     print("| --- |" + " ---: |" * (len(args.seeds) + 2))
     for mode in args.modes:

@@ -55,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
     serve.add_argument("--seed", type=int, help="seed of requests that bring none")
     serve.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
+    serve.add_argument(
+        "--kv-cache-bytes", type=int, help="KV cache budget (default: max-num-seqs full slots)"
+    )
+    serve.add_argument(
+        "--no-cuda-graphs", action="store_true", help="decode without CUDA graph capture"
+    )
     doctor = commands.add_parser("doctor", help="check the machine, Ray, disk and the model")
     doctor.add_argument("config", nargs="?", help="a train or sft config to check")
     doctor.add_argument("overrides", nargs="*", help="dotted overrides")
@@ -79,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             device=args.device,
             seed=args.seed,
             request_timeout_s=args.request_timeout,
+            kv_cache_bytes=args.kv_cache_bytes,
+            cuda_graphs=not args.no_cuda_graphs,
         )
     if args.command == "doctor":
         from ascent.doctor import run_doctor

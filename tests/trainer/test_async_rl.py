@@ -102,6 +102,29 @@ def test_async_with_the_rollout_in_its_own_process_learns(tiny_model, prompts, t
     assert max(metric(tmp_path, "async/staleness_max")) <= 1
 
 
+@pytest.mark.learning
+@pytest.mark.integration
+@pytest.mark.slow
+def test_async_with_ascent_serve_rollouts_learns(tiny_model, prompts, tmp_path):
+    """rollout.engine=serve: the rollout in an ``ascent serve`` process; each update goes over
+    HTTP into the running server between two decode steps, and the tokens' own versions
+    bound the staleness."""
+    train_rl(
+        config(
+            tiny_model,
+            prompts,
+            tmp_path,
+            "trainer.total_steps=30",
+            "trainer.mode=async",
+            "trainer.max_staleness=1",
+            "rollout.engine=serve",
+        )
+    )
+    assert_learned(tmp_path)
+    lags = metric(tmp_path, "async/staleness_max")
+    assert len(lags) == 30 and lags[0] == 0 and max(lags) <= 1
+
+
 @pytest.mark.integration
 def test_an_async_run_killed_with_sigkill_resumes_onto_the_same_prompts(
     tiny_model, prompts, tmp_path

@@ -9,11 +9,15 @@ from ascent.agents.config import AGENT_HELP, AgentConfig
 from ascent.engine.config import ModelConfig, Strict
 from ascent.rollout.types import SamplingParams
 
-RolloutEngine = Literal["native", "transformers", "vllm", "openai"]
+RolloutEngine = Literal["native", "transformers", "vllm", "serve", "openai"]
 ENGINE_HELP = (
     "native (continuous batching, in-process), transformers (reference), vllm (vLLM servers "
-    "refreshed every step), openai (a frozen OpenAI-compatible endpoint; cannot train)."
+    "refreshed every step), serve (`ascent serve` servers: the native engine in processes of "
+    "their own, refreshed between decode steps, per-token weight versions), openai (a frozen "
+    "OpenAI-compatible endpoint; cannot train)."
 )
+SERVER_ENGINES = ("vllm", "serve", "openai")
+SERVER_HELP = "Servers of the vllm, serve and openai engines (ServerConfig)."
 GenerationDtype = Literal["auto", "float32", "bfloat16", "float16"]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -26,19 +30,19 @@ def generation_dtype(name: GenerationDtype, device: torch.device) -> torch.dtype
 
 
 KV_CACHE_HELP = (
-    "KV cache budget per rank. native: fewer slots than max_num_seqs if it binds (None: "
+    "KV cache budget per rank. native, serve: fewer slots than max_num_seqs if it binds (None: "
     "max_num_seqs full-length slots). vllm: --kv-cache-memory-bytes (None: vLLM's own on a "
     "GPU; on a CPU what max_num_seqs full-length sequences need, at least 64 MiB)."
 )
 
 
 class ServerConfig(Strict):
-    """Generation servers in other processes (``engine: vllm`` or ``openai``)."""
+    """Generation servers in other processes (``engine: vllm``, ``serve`` or ``openai``)."""
 
     urls: list[str] = Field(
         default_factory=list,
-        description="Servers to use (http://host:port). vllm: empty starts one server per "
-        "rollout rank from rollout.model; openai: required.",
+        description="Servers to use (http://host:port). vllm, serve: empty starts one server "
+        "per rollout rank from rollout.model; openai: required.",
     )
     model: str | None = Field(
         None, description="openai: the model name the endpoint serves (required there)."
@@ -57,7 +61,7 @@ class ServerConfig(Strict):
     )
     weights_dir: str | None = Field(
         None,
-        description="vllm: where each refresh's safetensors are written for the servers to "
+        description="vllm, serve: where each refresh's safetensors are written for the servers to "
         "read; servers on other machines need a shared filesystem here (default: a new "
         "directory in /dev/shm where it exists, else the temporary directory).",
     )
@@ -70,9 +74,7 @@ class RolloutConfig(Strict):
 
     model: ModelConfig = Field(description="Checkpoint of the initial weights (ModelConfig).")
     engine: RolloutEngine = Field("native", description=ENGINE_HELP)
-    server: ServerConfig = Field(
-        ServerConfig(), description="Servers of the vllm and openai engines (ServerConfig)."
-    )
+    server: ServerConfig = Field(ServerConfig(), description=SERVER_HELP)
     sampling: SamplingParams = Field(
         SamplingParams(), description="Default sampling; a generate call may override fields."
     )

@@ -1,5 +1,5 @@
-"""Rollout backends over HTTP: vLLM OpenAI servers that follow the policy, and any
-OpenAI-compatible endpoint as a frozen model.
+"""Rollout backends over HTTP: servers that follow the policy (vLLM here, ``ascent serve``
+in ``serve_backend``), and any OpenAI-compatible endpoint as a frozen model.
 
 Token in, token out: a prompt goes as token ids to ``/v1/completions`` with
 ``return_token_ids`` (vLLM's extension, which ``ascent serve`` also honours) and ``logprobs=0``
@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import httpx
@@ -38,6 +38,9 @@ class HTTPBackend(RolloutBackend):
 
     name = "OpenAI-compatible endpoint"
     capabilities = frozenset({Capability.HEALTH})
+    # Servers we run stop at exactly sampling.stop_token_ids, as the native engine does; a
+    # foreign endpoint keeps its own EOS handling (it may not know ignore_eos).
+    stops_as_given = False
 
     def __init__(
         self,
@@ -113,6 +116,8 @@ class HTTPBackend(RolloutBackend):
             body["stop"] = sampling.stop
         if sampling.stop_token_ids:
             body["stop_token_ids"] = sampling.stop_token_ids
+        if self.stops_as_given:
+            body["ignore_eos"] = True  # EOS stops only when listed (rollout.stop_at_eos)
         return body
 
     async def generate_n(
@@ -138,11 +143,17 @@ class HTTPBackend(RolloutBackend):
         for choice in sorted(response.json()["choices"], key=lambda c: c["index"]):
             ids = choice["token_ids"]
             log_probs = (choice.get("logprobs") or {}).get("token_logprobs") or []
-            outs.append(TokenOut(ids, log_probs, choice["finish_reason"], [started] * len(ids)))
+            versions = self._token_versions(index, choice, started)
+            outs.append(TokenOut(ids, log_probs, choice["finish_reason"], versions))
         return outs
 
     def _version(self) -> int:
         return 0
+
+    def _token_versions(self, index: int, choice: dict, started: int) -> list[int]:
+        """The weight version of each token of ``choice`` (server ``index``): a server that
+        names none gets the version current when the request was sent, for every token."""
+        return [started] * len(choice["token_ids"])
 
     def _describe(self, index: int, what: str) -> str:
         process = self._process(index)
@@ -206,16 +217,13 @@ class HTTPBackend(RolloutBackend):
             shutil.rmtree(self.weights_dir, ignore_errors=True)
 
 
-class VLLMBackend(HTTPBackend):
-    """vLLM OpenAI servers (started in dev mode, ``VLLM_SERVER_DEV_MODE=1``) that follow the
-    trained policy: ``update_weights_from_disk`` reloads every server in place from a
-    safetensors directory (``/collective_rpc`` ``reload_weights``), drops prefix-cache entries
-    computed with the old weights, and bumps the version. vLLM reports no per-token weight
-    version, so a response's tokens carry the version current when its request was sent: one
-    that spanned a refresh in flight (``pause("keep")``, reload, ``resume``: trainer.mode
-    async) is counted as old as it can be, never younger than it is."""
+class PolicyServers(HTTPBackend):
+    """Servers that follow the trained policy: each refresh is a safetensors directory
+    (written under ``weights_dir`` by the rollout worker) that every server reloads from
+    (``_load``); ``version`` counts refreshes. A restarted server gets the latest directory
+    again. ``pause``/``resume`` are the servers' own (``POST /pause?mode=``, ``/resume``:
+    vLLM's dev mode and ``ascent serve`` agree)."""
 
-    name = "vLLM backend"
     capabilities = frozenset(
         {
             Capability.PAUSE,
@@ -225,13 +233,15 @@ class VLLMBackend(HTTPBackend):
         }
     )
 
+    stops_as_given = True
+
     def __init__(self, *args: object, weights_root: str | None = None, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.weights_path: str | None = None
         # Where the rollout worker writes each refresh (replaced in place every step).
         if weights_root is not None:
             Path(weights_root).mkdir(parents=True, exist_ok=True)
-        self.weights_dir = Path(tempfile.mkdtemp(prefix="ascent-vllm-weights-", dir=weights_root))
+        self.weights_dir = Path(tempfile.mkdtemp(prefix="ascent-weights-", dir=weights_root))
 
     def _version(self) -> int:
         return self.version
@@ -243,37 +253,58 @@ class VLLMBackend(HTTPBackend):
         await self._admin("POST", "/resume")
 
     async def update_weights_from_disk(self, path: str) -> int:
-        await self._reload(path)
+        await self._load(path, range(len(self.urls)), self.version + 1)
         self.weights_path = path
         self.version += 1
-        await self._admin("POST", "/update_weight_version", json={"new_version": str(self.version)})
         return self.version
 
-    async def _reload(self, path: str, urls: Sequence[str] | None = None) -> None:
-        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
-        client = self._client()
-        for url in urls or self.urls:
-            for route, body in (("/collective_rpc", rpc), ("/reset_prefix_cache", None)):
-                response = await client.post(f"{url}{route}", json=body)
-                if response.status_code >= 400:
-                    raise RuntimeError(
-                        f"{url}{route} answered {response.status_code}: {response.text[:2000]}"
-                    )
+    async def _load(self, path: str, indices: Iterable[int], version: int) -> None:
+        """Servers ``indices`` reload from ``path``, after which they hold ``version``."""
+        raise NotImplementedError
+
+    async def _post(self, index: int, route: str, body: dict | None = None) -> httpx.Response:
+        """An admin POST to server ``index``; raises naming the server if it refuses."""
+        url = self.urls[index]
+        response = await self._client().post(f"{url}{route}", json=body)
+        if response.status_code >= 400:
+            raise RuntimeError(
+                f"{url}{route} answered {response.status_code}: {response.text[:2000]}"
+            )
+        return response
 
     async def weight_version(self) -> int:
         return self.version
 
     async def _after_restart(self, index: int) -> None:
         if self.weights_path is not None:
-            await self._reload(self.weights_path, [self.urls[index]])
+            await self._load(self.weights_path, [index], self.version)
+
+
+class VLLMBackend(PolicyServers):
+    """vLLM OpenAI servers (started in dev mode, ``VLLM_SERVER_DEV_MODE=1``) that follow the
+    trained policy: a refresh reloads every server in place (``/collective_rpc``
+    ``reload_weights``), drops prefix-cache entries computed with the old weights, and sets
+    the server's version. vLLM reports no per-token weight version, so a response's tokens
+    carry the version current when its request was sent: one that spanned a refresh in
+    flight (``pause("keep")``, reload, ``resume``: trainer.mode async) is counted as old as it
+    can be, never younger than it is."""
+
+    name = "vLLM backend"
+
+    async def _load(self, path: str, indices: Iterable[int], version: int) -> None:
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
+        for index in indices:
+            await self._post(index, "/collective_rpc", rpc)
+            await self._post(index, "/reset_prefix_cache")
+            await self._post(index, "/update_weight_version", {"new_version": str(version)})
 
 
 def start_http_backend(
     config: RolloutConfig, tokenizer: object, rank: int, device: torch.device
 ) -> HTTPBackend:
-    """The backend of ``rollout.engine`` vllm or openai for rollout rank ``rank``: its own
-    vLLM server (started here unless ``server.urls`` lists them; rank r uses URL r mod n), or
-    the configured endpoint."""
+    """The backend of ``rollout.engine`` vllm, serve or openai for rollout rank ``rank``: its
+    own vLLM or ``ascent serve`` server (started here unless ``server.urls`` lists them; rank r
+    uses URL r mod n), or the configured endpoint."""
     server = config.server
     if config.engine == "openai":
         if not server.urls or not server.model:
@@ -289,6 +320,11 @@ def start_http_backend(
             request_timeout_s=server.request_timeout_s,
             headers=headers,
         )
+    weights_root = server.weights_dir or memory_directory(config.model.path)
+    if config.engine == "serve":
+        from ascent.rollout.serve_backend import start_serve_backend
+
+        return start_serve_backend(config, tokenizer, rank, device, weights_root)
     from ascent.rollout.vllm_server import (
         SERVED_NAME,
         cpu_kv_cache_bytes,
@@ -296,7 +332,6 @@ def start_http_backend(
         vllm_python,
     )
 
-    weights_root = server.weights_dir or memory_directory(config.model.path)
     if server.urls:
         url = server.urls[rank % len(server.urls)]
         return VLLMBackend(

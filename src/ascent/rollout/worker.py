@@ -11,7 +11,7 @@ from ascent.controller import Dispatch, Worker, register
 from ascent.engine.modules import unwrap
 from ascent.models.loading import load_causal_lm, load_tokenizer
 from ascent.rollout.background import BackgroundGeneration
-from ascent.rollout.config import RolloutConfig, generation_dtype
+from ascent.rollout.config import SERVER_ENGINES, RolloutConfig, generation_dtype
 from ascent.rollout.engine import NativeEngine, WeightUpdate
 from ascent.rollout.hf_engine import TransformersEngine
 from ascent.rollout.http_backend import start_http_backend
@@ -45,7 +45,7 @@ class RolloutWorker(Worker):
         self.engine = None  # an in-process engine (native, transformers)
         self.background: BackgroundGeneration | None = None  # see _background
         self._submitted: dict[str, tuple[Batch, SamplingParams]] = {}
-        if cfg.engine in ("vllm", "openai"):
+        if cfg.engine in SERVER_ENGINES:
             self.backend = start_http_backend(cfg, self.tokenizer, self.ctx.dp_rank, self.device)
             return
         model = load_causal_lm(
@@ -116,7 +116,9 @@ class RolloutWorker(Worker):
         if not self.config.background:
             raise RuntimeError("start_rollouts needs rollout.background=true (trainer.mode async)")
         if self.backend is None:
-            raise ValueError("generation beside training needs engine native, vllm or openai")
+            raise ValueError(
+                "generation beside training needs a request-level engine, not transformers"
+            )
         params = self.sampling(sampling)
         if self.config.agent is not None:
             self._background().submit_coroutine(tag, self._play(batch, params))
@@ -198,7 +200,7 @@ class RolloutWorker(Worker):
         from ascent.agents.loop import AgentLimits, run_episodes
 
         if self.backend is None:
-            raise ValueError("rollout.agent needs a request-level engine: native or vllm")
+            raise ValueError("rollout.agent needs a request-level engine: native, serve or vllm")
         if self._environments is None:
             self._environments = environment_factory(self.config.agent)
         agent = self.config.agent
@@ -320,7 +322,7 @@ class RolloutWorker(Worker):
             raise RuntimeError(
                 "rollout.engine=openai is a frozen endpoint: it cannot follow the trained "
                 "policy. Use it for validation, a judge or a teacher; train with engine "
-                "native or vllm"
+                "native, serve or vllm"
             )
         directory = write_weights(self.backend.weights_dir, named_tensors)
 

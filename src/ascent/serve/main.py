@@ -19,6 +19,8 @@ def serve(
     device: str | None = None,
     seed: int | None = None,
     request_timeout_s: float = 600.0,
+    kv_cache_bytes: int | None = None,
+    cuda_graphs: bool = True,
 ) -> int:
     """Serve ``model_dir`` until interrupted; returns the exit code."""
     import uvicorn
@@ -36,7 +38,12 @@ def serve(
     model = load_causal_lm(model_dir, dtype=chosen).to(device)
     tokenizer = load_tokenizer(model_dir)
     engine = NativeEngine(
-        model, max_num_seqs=max_num_seqs, max_model_len=max_model_len, tokenizer=tokenizer
+        model,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        kv_cache_bytes=kv_cache_bytes,
+        tokenizer=tokenizer,
+        cuda_graphs=cuda_graphs,
     )
     if seed is not None:  # the stream of requests that bring no seed of their own
         engine.generator.manual_seed(seed)

@@ -18,6 +18,7 @@ from ascent.rewards.manager import RewardConfig
 from ascent.rollout.config import (
     ENGINE_HELP,
     KV_CACHE_HELP,
+    SERVER_HELP,
     GenerationDtype,
     RolloutEngine,
     ServerConfig,
@@ -32,9 +33,7 @@ class RolloutSettings(Strict):
     """Generation."""
 
     engine: RolloutEngine = Field("native", description=ENGINE_HELP)
-    server: ServerConfig = Field(
-        ServerConfig(), description="Servers of the vllm and openai engines (ServerConfig)."
-    )
+    server: ServerConfig = Field(ServerConfig(), description=SERVER_HELP)
     agent: AgentConfig | None = Field(None, description=AGENT_HELP)
     samples_per_prompt: int = Field(8, ge=1, description="Responses sampled per prompt (group).")
     temperature: float = Field(
@@ -341,10 +340,10 @@ def make_plan(config: RLConfig) -> Plan:
                 "rollout.agent needs data.chat_template=true: episodes are conversations, "
                 "rendered with the model's chat template"
             )
-        if config.rollout.engine not in ("native", "vllm"):
+        if config.rollout.engine not in ("native", "serve", "vllm"):
             raise ValueError(
-                f"rollout.agent needs rollout.engine native or vllm (request-level engines), "
-                f"not {config.rollout.engine}"
+                "rollout.agent needs rollout.engine native, serve or vllm (request-level "
+                f"engines that follow the policy), not {config.rollout.engine}"
             )
     return Plan(
         estimator=estimator,

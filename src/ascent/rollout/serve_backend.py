@@ -1,0 +1,136 @@
+"""``ascent serve`` as the rollout backend (``rollout.engine: serve``): the native engine in
+a server process of its own per rollout rank (or at ``rollout.server.urls``), followed
+through HTTP.
+
+What it has that vLLM lacks: a refresh (``POST /update_weights {"path"}``) lands between two
+decode steps of the running batch, and every token comes back with the version of the
+weights that sampled it (``weight_versions``), so a response that spans an update in flight
+(trainer.mode async) is measured token by token, as in process.
+
+Versions: the backend counts refreshes (``version``); each server counts its own loads from
+0 at its start. ``offsets[i]`` is the backend's version minus server i's, set at every load;
+it changes only when a server restarts (from 0) and reloads the latest weights, so the
+tokens of one response all translate with one offset.
+"""
+
+import os
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import httpx
+import torch
+
+from ascent.rollout.config import RolloutConfig
+from ascent.rollout.http_backend import PolicyServers
+from ascent.rollout.protocol import Capability
+from ascent.rollout.server_process import ServerProcess, free_port
+
+SERVED_NAME = "policy"
+
+
+class ServeBackend(PolicyServers):
+    """``ascent serve`` servers at ``urls`` serving ``model``; see the module docstring."""
+
+    name = "ascent serve backend"
+    capabilities = PolicyServers.capabilities | {Capability.TOKEN_WEIGHT_VERSIONS}
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        # A server given by URL may have loaded weights before: its count is where we start.
+        self.offsets = [-self._server_version(url) for url in self.urls]
+
+    def _server_version(self, url: str) -> int:
+        try:
+            response = httpx.get(f"{url}/weight_version", timeout=self.timeout)
+        except httpx.HTTPError as error:
+            raise ConnectionError(f"{self.name}: {url} does not answer: {error}") from None
+        if response.status_code != 200:
+            raise RuntimeError(
+                f"{url}/weight_version answered {response.status_code}: is it `ascent serve`? "
+                f"{response.text[:500]}"
+            )
+        return int(response.json()["weight_version"])
+
+    def _token_versions(self, index: int, choice: dict, started: int) -> list[int]:
+        versions = choice.get("weight_versions")
+        if versions is None or len(versions) != len(choice["token_ids"]):
+            raise RuntimeError(
+                f"{self.urls[index]} returned no per-token weight_versions: "
+                "rollout.engine=serve needs an `ascent serve` server"
+            )
+        return [v + self.offsets[index] for v in versions]
+
+    async def _load(self, path: str, indices: Iterable[int], version: int) -> None:
+        for index in indices:
+            response = await self._post(index, "/update_weights", {"path": str(path)})
+            self.offsets[index] = version - int(response.json()["weight_version"])
+
+    async def _after_restart(self, index: int) -> None:
+        self.offsets[index] = 0  # a fresh server: the initial weights, its count at 0
+        await super()._after_restart(index)
+
+
+def serve_command(
+    model_dir: str,
+    port: int,
+    *,
+    max_num_seqs: int,
+    max_model_len: int,
+    dtype: str,
+    device: torch.device,
+    seed: int,
+    kv_cache_bytes: int | None,
+    cuda_graphs: bool,
+    request_timeout_s: float,
+) -> list[str]:
+    """The ``ascent serve`` command line of a rollout server (this interpreter: the server
+    runs the same ascent as the trainer)."""
+    command = [sys.executable, "-m", "ascent", "serve", model_dir, "--port", str(port)]
+    command += ["--served-model-name", SERVED_NAME, "--max-num-seqs", str(max_num_seqs)]
+    command += ["--max-model-len", str(max_model_len), "--dtype", dtype, "--device", str(device)]
+    command += ["--seed", str(seed), "--request-timeout", str(request_timeout_s)]
+    if kv_cache_bytes is not None:
+        command += ["--kv-cache-bytes", str(kv_cache_bytes)]
+    if not cuda_graphs:
+        command += ["--no-cuda-graphs"]
+    return command
+
+
+def start_serve_backend(
+    config: RolloutConfig, tokenizer: object, rank: int, device: torch.device, weights_root: str
+) -> ServeBackend:
+    """Rollout rank ``rank``'s server: ``rollout.server.urls[rank mod n]`` if listed, else an
+    ``ascent serve`` process started here on ``device`` (restarted if it dies)."""
+    server = config.server
+    common = {
+        "tokenizer": tokenizer,
+        "request_timeout_s": server.request_timeout_s,
+        "weights_root": weights_root,
+    }
+    if server.urls:
+        url = server.urls[rank % len(server.urls)]
+        return ServeBackend([url], server.model or SERVED_NAME, **common)
+    port = free_port()
+    command = serve_command(
+        config.model.path,
+        port,
+        max_num_seqs=config.max_num_seqs,
+        max_model_len=config.max_model_len,
+        dtype=config.dtype,
+        device=device,
+        seed=config.sampling.seed or 0,
+        kv_cache_bytes=config.kv_cache_bytes,
+        cuda_graphs=config.cuda_graphs,
+        request_timeout_s=server.request_timeout_s,
+    )
+    log = Path(tempfile.gettempdir()) / "ascent-serve-logs" / f"{os.getpid()}-rank{rank}.log"
+    process = ServerProcess(command, port, log).start(server.startup_timeout_s)
+    return ServeBackend(
+        [process.url],
+        SERVED_NAME,
+        processes=[process],
+        startup_timeout_s=server.startup_timeout_s,
+        **common,
+    )

@@ -1,0 +1,117 @@
+"""``rollout.engine=serve``: ``ascent serve`` processes as the rollout backend, against real
+servers. They give what the native engine gives in process (tokens, log-probs), take new
+weights between decode steps with per-token versions, and are restarted with the latest
+weights when they die (an async RL run on them: tests/trainer/test_async_rl.py)."""
+
+import asyncio
+import time
+
+import pytest
+import torch
+
+from ascent.models import load_causal_lm
+from ascent.models.loading import causal_lm_from_config
+from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout.background import BackgroundGeneration
+from ascent.rollout.config import RolloutConfig
+from ascent.rollout.http_backend import start_http_backend
+from ascent.rollout.serve_backend import ServeBackend
+from ascent.rollout.weight_files import write_weights
+
+pytestmark = pytest.mark.integration
+PROMPTS = [[5, 17, 33, 70, 71, 80, 90, 100], [100, 3, 9], list(range(40, 75))]
+GREEDY = SamplingParams(temperature=0, max_new_tokens=16)
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model):
+    """One rollout rank's server, started the way the rollout worker starts it."""
+    settings = {"model": {"path": tiny_model}, "engine": "serve", "max_model_len": 2048}
+    rollout = RolloutConfig.model_validate({**settings, "max_num_seqs": 8})
+    backend = start_http_backend(rollout, None, rank=0, device=torch.device("cpu"))
+    yield backend
+    asyncio.run(backend.close())
+
+
+def native(model) -> NativeEngine:
+    return NativeEngine(model, max_num_seqs=4, max_model_len=2048)
+
+
+def load(backend: ServeBackend, model, directory) -> int:
+    return asyncio.run(
+        backend.update_weights_from_disk(str(write_weights(directory, model.named_parameters())))
+    )
+
+
+def test_tokens_and_log_probs_equal_the_native_engine_in_process(served, tiny_model):
+    expected = native(load_causal_lm(tiny_model)).generate(PROMPTS, GREEDY)
+    got = served.generate_batch(PROMPTS, GREEDY)
+    for a, b in zip(expected, got, strict=True):
+        assert b.token_ids == a.token_ids
+        assert b.log_probs == pytest.approx(a.log_probs, abs=1e-5)
+        assert b.weight_versions == [served.version] * len(b.token_ids)
+
+
+def test_an_update_in_flight_lands_between_decode_steps_with_per_token_versions(
+    served, tiny_model, tmp_path
+):
+    """Responses in flight go on under the new weights; each token names the weights that
+    sampled it, so one response holds both versions, in order. Requests after the update
+    sample from the new weights alone."""
+    base = load_causal_lm(tiny_model)
+    other = causal_lm_from_config(base.config, seed=11)
+    directory = write_weights(tmp_path / "new", other.named_parameters())
+    background = BackgroundGeneration(served)
+    started = served.version
+    long = GREEDY.model_copy(update={"max_new_tokens": 1500})  # about 1 s on a quiet CPU
+    try:
+        background.submit("in-flight", PROMPTS[:2], long)
+        time.sleep(0.4)
+
+        async def reload() -> int:  # what the rollout worker does in trainer.mode async
+            await served.pause("keep")
+            try:
+                return await served.update_weights_from_disk(str(directory))
+            finally:
+                await served.resume()
+
+        version = background.update_weights(reload)
+        spanning = background.take("in-flight")
+        background.submit("after", PROMPTS, GREEDY)
+        after = background.take("after")
+    finally:
+        background.close()
+        load(served, base, tmp_path / "old")
+    assert version == started + 1
+    for sample in spanning:
+        assert sample.finish_reason == "length", "held, not aborted"
+        versions = sample.weight_versions
+        assert versions == sorted(versions) and set(versions) == {started, version}, versions
+    expected = native(other).generate(PROMPTS, GREEDY)
+    assert [s.token_ids for s in after] == [s.token_ids for s in expected]
+    assert {v for s in after for v in s.weight_versions} == {version}
+
+
+def test_a_dead_server_restarts_with_the_latest_weights_and_the_version_count(
+    served, tiny_model, tmp_path
+):
+    """The restarted server counts its loads from 0 again; the backend's versions go on. A
+    second client of a server that has loaded weights before starts from that server's
+    count."""
+    other = causal_lm_from_config(load_causal_lm(tiny_model).config, seed=12)
+    version = load(served, other, tmp_path / "latest")
+    expected = served.generate_batch(PROMPTS[:1], GREEDY)
+    process = served.processes[0]
+    process.process.kill()
+    process.process.wait()
+    again = served.generate_batch(PROMPTS[:1], GREEDY)  # restarts it, reloads, retries
+    assert process.starts == 2
+    assert again[0].token_ids == expected[0].token_ids
+    assert set(again[0].weight_versions) == {version}
+    newcomer = ServeBackend([served.urls[0]], "policy")
+    assert set(newcomer.generate_batch(PROMPTS[:1], GREEDY)[0].weight_versions) == {0}
+
+
+def test_a_server_without_per_token_versions_is_refused_by_name(served):
+    with pytest.raises(RuntimeError, match="no per-token weight_versions"):
+        served._token_versions(0, {"token_ids": [1, 2]}, 0)

@@ -1,5 +1,9 @@
-"""Suite-wide: tiny checkpoints on disk, `gpu` tests skipped where CUDA is not available, and
-a local Ray for the modules that ask for one (imported only then)."""
+"""Suite-wide: tiny checkpoints on disk, the RL toy task's prompts, `gpu` tests skipped where
+CUDA is not available, and a local Ray for the modules that ask for one (imported only
+then)."""
+
+import json
+import random
 
 import pytest
 import torch
@@ -44,3 +48,21 @@ def local_ray():
         ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    """The RL toy task's prompts (tests/trainer/rl_setup.py): train.jsonl and val.jsonl."""
+    folder = tmp_path_factory.mktemp("rl-prompts")
+    r = random.Random(0)
+    rows = [
+        {
+            "data_source": "digits",
+            "prompt": "say " + "".join(r.choice("abcdefgh") for _ in range(4)),
+            "reward_model": {"ground_truth": ""},
+        }
+        for _ in range(256)
+    ]
+    (folder / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (folder / "val.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows[:16]))
+    return folder

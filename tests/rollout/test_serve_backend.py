@@ -68,14 +68,7 @@ def test_an_update_in_flight_lands_between_decode_steps_with_per_token_versions(
         background.submit("in-flight", PROMPTS[:2], long)
         time.sleep(0.4)
 
-        async def reload() -> int:  # what the rollout worker does in trainer.mode async
-            await served.pause("keep")
-            try:
-                return await served.update_weights_from_disk(str(directory))
-            finally:
-                await served.resume()
-
-        version = background.update_weights(reload)
+        version = background.update_weights(lambda: served.update_weights_held(str(directory)))
         spanning = background.take("in-flight")
         background.submit("after", PROMPTS, GREEDY)
         after = background.take("after")

@@ -19,9 +19,7 @@ from ascent.rollout.http_backend import HTTPBackend, VLLMBackend
 from ascent.rollout.server_process import ServerDied, ServerProcess, free_port
 from ascent.rollout.vllm_server import SERVED_NAME, start_vllm_servers, vllm_python
 from ascent.rollout.weight_files import write_weights
-from ascent.trainer.rl.loop import train_rl
-from tests.trainer.rl_setup import config, metric
-from tests.trainer.test_rl_trainer import assert_learned
+from tests.trainer.test_async_rl import learns_async
 
 try:
     PYTHON = vllm_python()
@@ -168,14 +166,7 @@ def test_a_weight_update_in_flight_holds_requests_and_they_finish(vllm, model_di
         background.submit("in-flight", PROMPTS, GREEDY.model_copy(update={"max_new_tokens": 200}))
         time.sleep(0.2)
 
-        async def reload() -> int:
-            await vllm.pause("keep")
-            try:
-                return await vllm.update_weights_from_disk(str(directory))
-            finally:
-                await vllm.resume()
-
-        version = background.update_weights(reload)
+        version = background.update_weights(lambda: vllm.update_weights_held(str(directory)))
         held = background.take("in-flight")
         background.submit("after", PROMPTS, GREEDY)
         after = background.take("after")
@@ -199,17 +190,4 @@ def test_async_rl_with_vllm_rollouts_learns(model_dir, prompts, tmp_path):
     """trainer.mode=async on a vLLM server: each update is loaded with the server's requests
     held (pause keep, reload, resume) while training goes on, the toy digit task still
     learns, and the staleness stays within its bound."""
-    train_rl(
-        config(
-            model_dir,
-            prompts,
-            tmp_path,
-            "trainer.total_steps=30",
-            "trainer.mode=async",
-            "trainer.max_staleness=1",
-            "rollout.engine=vllm",
-        )
-    )
-    assert_learned(tmp_path)
-    lags = metric(tmp_path, "async/staleness_max")
-    assert len(lags) == 30 and lags[0] == 0 and max(lags) <= 1
+    learns_async(model_dir, prompts, tmp_path, "rollout.engine=vllm")

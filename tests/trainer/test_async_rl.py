@@ -19,6 +19,16 @@ from tests.trainer.test_rl_trainer import assert_learned
 ASYNC_2 = ("trainer.mode=async", "trainer.max_staleness=2")
 
 
+def learns_async(model, prompts, run_dir, *overrides):
+    """30 steps of the toy task in trainer.mode=async at max_staleness 1: the score rises, and
+    the first step is on-policy and no later one is more than 1 update stale."""
+    steps = ("trainer.total_steps=30", "trainer.mode=async", "trainer.max_staleness=1")
+    train_rl(config(model, prompts, run_dir, *steps, *overrides))
+    assert_learned(run_dir)
+    lags = metric(run_dir, "async/staleness_max")
+    assert len(lags) == 30 and lags[0] == 0 and max(lags) <= 1
+
+
 def trained(run_dir):
     """[(step, [prompt ids])] from the run's trained_prompts.jsonl."""
     lines = (run_dir / "trained_prompts.jsonl").read_text().splitlines()
@@ -85,21 +95,14 @@ def test_generating_ahead_still_learns(tiny_model, prompts, tmp_path, mode, seed
 def test_async_with_the_rollout_in_its_own_process_learns(tiny_model, prompts, tmp_path, local_ray):
     """Separate placement: the weights of each update cross processes and enter the running
     engine between decode steps."""
-    train_rl(
-        config(
-            tiny_model,
-            prompts,
-            tmp_path,
-            "trainer.total_steps=30",
-            "trainer.mode=async",
-            "trainer.max_staleness=1",
-            "algorithm.kl.mode=none",
-            "resources.backend=ray",
-            "rollout.resources.backend=ray",
-        )
+    learns_async(
+        tiny_model,
+        prompts,
+        tmp_path,
+        "algorithm.kl.mode=none",
+        "resources.backend=ray",
+        "rollout.resources.backend=ray",
     )
-    assert_learned(tmp_path)
-    assert max(metric(tmp_path, "async/staleness_max")) <= 1
 
 
 @pytest.mark.learning
@@ -109,20 +112,7 @@ def test_async_with_ascent_serve_rollouts_learns(tiny_model, prompts, tmp_path):
     """rollout.engine=serve: the rollout in an ``ascent serve`` process; each update goes over
     HTTP into the running server between two decode steps, and the tokens' own versions
     bound the staleness."""
-    train_rl(
-        config(
-            tiny_model,
-            prompts,
-            tmp_path,
-            "trainer.total_steps=30",
-            "trainer.mode=async",
-            "trainer.max_staleness=1",
-            "rollout.engine=serve",
-        )
-    )
-    assert_learned(tmp_path)
-    lags = metric(tmp_path, "async/staleness_max")
-    assert len(lags) == 30 and lags[0] == 0 and max(lags) <= 1
+    learns_async(tiny_model, prompts, tmp_path, "rollout.engine=serve")
 
 
 @pytest.mark.integration

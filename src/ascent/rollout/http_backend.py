@@ -258,6 +258,15 @@ class PolicyServers(HTTPBackend):
         self.version += 1
         return self.version
 
+    async def update_weights_held(self, path: str) -> int:
+        """``update_weights_from_disk`` with the servers' requests held where they are
+        (pause "keep", reload, resume): an update in flight (trainer.mode async)."""
+        await self.pause("keep")
+        try:
+            return await self.update_weights_from_disk(path)
+        finally:
+            await self.resume()
+
     async def _load(self, path: str, indices: Iterable[int], version: int) -> None:
         """Servers ``indices`` reload from ``path``, after which they hold ``version``."""
         raise NotImplementedError

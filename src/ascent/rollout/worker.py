@@ -157,13 +157,7 @@ class RolloutWorker(Worker):
             if self.config.engine == "openai":
                 self._refresh_server(())  # raises: a frozen endpoint cannot follow the policy
             directory = write_weights(self.backend.weights_dir, named_tensors)
-
-            async def apply() -> int:  # a server reloads with its requests held in place
-                await self.backend.pause("keep")
-                try:
-                    return await self.backend.update_weights_from_disk(str(directory))
-                finally:
-                    await self.backend.resume()
+            apply = lambda: self.backend.update_weights_held(str(directory))  # noqa: E731
 
         return self._background().update_weights(apply, self.config.partial_rollouts)
 

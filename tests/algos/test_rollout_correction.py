@@ -1,6 +1,7 @@
 """Rollout-correction weights (token/sequence x truncate/mask) and mismatch metrics."""
 
 import math
+import statistics
 
 import pytest
 import torch
@@ -18,12 +19,14 @@ def reference(case, level, mode, lower, upper):
                 rows.setdefault(i, []).append(t)
     k1 = k3 = 0.0
     count = 0
+    ratios = []
     for i, ts in rows.items():
         log_rhos = [float(case.old_log_probs[i, t] - case.rollout_log_probs[i, t]) for t in ts]
         seq_rho = math.exp(min(max(sum(log_rhos), -20), 20))
         for t, lr in zip(ts, log_rhos, strict=True):
             lr_c = min(max(lr, -20), 20)
             rho = math.exp(lr_c) if level == "token" else seq_rho
+            ratios.append(rho)
             if mode == "truncate":
                 weights[i, t] = min(rho, upper)
                 truncated += rho > upper
@@ -36,7 +39,13 @@ def reference(case, level, mode, lower, upper):
             k1 += -lr_c
             k3 += math.exp(lr_c) - 1 - lr_c
             count += 1
-    return weights, truncated / count, masked / count, k1 / count, k3 / count
+    spread = {
+        "ratio_mean": statistics.fmean(ratios),
+        "ratio_std": statistics.pstdev(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+    }
+    return weights, truncated / count, masked / count, k1 / count, k3 / count, spread
 
 
 @pytest.mark.parametrize("level", ["token", "sequence"])
@@ -52,7 +61,7 @@ def test_weights_and_metrics_match_reference(level, mode):
         lower=0.6,
         upper=1.6,
     )
-    weights, truncated, masked, k1, k3 = reference(case, level, mode, 0.6, 1.6)
+    weights, truncated, masked, k1, k3, spread = reference(case, level, mode, 0.6, 1.6)
     assert (out.weights[~case.mask] == 0).all() and not out.weights.requires_grad
     for cell, w in weights.items():
         assert out.weights[cell].item() == pytest.approx(w, rel=1e-12)
@@ -60,6 +69,9 @@ def test_weights_and_metrics_match_reference(level, mode):
     assert out.metrics["masked_frac"].item() == pytest.approx(masked, rel=1e-6)
     assert out.metrics["mismatch_k1"].item() == pytest.approx(k1, rel=1e-9)
     assert out.metrics["mismatch_k3"].item() == pytest.approx(k3, rel=1e-9)
+    for name, value in spread.items():
+        assert out.metrics[name].item() == pytest.approx(value, rel=1e-9), name
+    assert spread["ratio_std"] > 0.1, "the case is off-policy enough to have a spread"
     if mode == "truncate":
         assert 0 < truncated < 1
     if mode == "mask":

@@ -61,6 +61,9 @@ def test_every_mode_trains_the_same_prompts_in_the_same_steps(tiny_model, prompt
     assert set(metric(tmp_path / "async_restarting", "async/mixed_version_frac")) == {0}
     # stale rollouts are importance-weighted by default (truncated IS against rollout lps)
     assert max(metric(tmp_path / "one_step_off", "actor/rollout_mismatch_k3")) > 1e-4
+    # the importance ratio's spread: none on policy (float rounding), some when stale
+    assert max(metric(tmp_path / "sync", "actor/rollout_ratio_std")) < 1e-3
+    assert max(metric(tmp_path / "one_step_off", "actor/rollout_ratio_std")) > 1e-2
 
 
 @pytest.mark.learning

@@ -16,7 +16,9 @@ for losses that ask for it (geo_mean; ``TokenLoss.weighting``).
 Metrics (always, whatever the mode), with KL(roll || train) estimated from rollout samples:
 mismatch_k1 = mean(lp_roll - lp_train), mismatch_k3 = mean(rho - 1 - log rho) over valid
 tokens, mismatch_max_abs (largest |log rho| on a valid token), truncated_frac (share of valid
-tokens whose weight was truncated) and masked_frac (share of valid tokens masked out).
+tokens whose weight was truncated) and masked_frac (share of valid tokens masked out); the
+ratio's spread, ratio_{mean,std,min,max} of rho (at the chosen level, before truncation or
+masking) over valid tokens, std the population one (how far off-policy a stale batch is).
 """
 
 from dataclasses import dataclass
@@ -85,5 +87,18 @@ def rollout_correction(
         else torch.zeros(()),
         "truncated_frac": masked_mean(truncated.float(), mask),
         "masked_frac": masked_mean(outside.float(), mask),
+        **_spread(rho[mask]),
     }
     return RolloutCorrection(weights=keep_valid(weights, mask), metrics=metrics)
+
+
+def _spread(ratios: Tensor) -> dict[str, Tensor]:
+    """Mean, population std, min and max of the valid tokens' ratios (zeros when none)."""
+    if ratios.numel() == 0:
+        return {f"ratio_{name}": torch.zeros(()) for name in ("mean", "std", "min", "max")}
+    return {
+        "ratio_mean": ratios.mean(),
+        "ratio_std": ratios.std(correction=0),
+        "ratio_min": ratios.min(),
+        "ratio_max": ratios.max(),
+    }

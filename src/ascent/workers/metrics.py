@@ -5,7 +5,8 @@ divided by the global denominators, times the number of ranks), so they are summ
 micro-batches of a mini-batch; everything else is a rate (clip fractions, KL estimates, grad
 norms) and is averaged. Both are then averaged over mini-batches and epochs, and over ranks,
 except counts (``COUNTS``: optimiser steps skipped for a non-finite gradient), which are
-summed over mini-batches and epochs.
+summed over mini-batches and epochs, and extremes (``MAXIMA``, ``MINIMA``), which stay the
+largest or smallest value at every level.
 """
 
 from collections import defaultdict
@@ -15,6 +16,16 @@ import torch.distributed as dist
 
 SHARES = frozenset({"pg_loss", "entropy", "kl_loss", "vf_loss", "loss"})
 COUNTS = frozenset({"skipped_steps"})
+MAXIMA = frozenset({"rollout_mismatch_max_abs", "rollout_ratio_max"})
+MINIMA = frozenset({"rollout_ratio_min"})
+
+
+def _reduce(name: str, values: list[float], share: bool = False) -> float:
+    if name in MAXIMA:
+        return max(values)
+    if name in MINIMA:
+        return min(values)
+    return sum(values) / (1 if share else len(values))
 
 
 class MetricAccumulator:
@@ -31,8 +42,7 @@ class MetricAccumulator:
     def end_mini_batch(self, **step_metrics: float) -> None:
         """Close a mini-batch; ``step_metrics`` (grad_norm, lr, ...) are per optimiser step."""
         for name, values in self._mini.items():
-            value = sum(values) if name in SHARES else sum(values) / len(values)
-            self._done[name].append(value)
+            self._done[name].append(_reduce(name, values, share=name in SHARES))
         for name, value in step_metrics.items():
             self._done[name].append(float(value))
         self._mini.clear()
@@ -42,11 +52,29 @@ class MetricAccumulator:
         on every rank)."""
         names = sorted(self._done)
         local = torch.tensor(
-            [sum(self._done[n]) / (1 if n in COUNTS else len(self._done[n])) for n in names],
+            [_reduce(n, self._done[n], share=n in COUNTS) for n in names],
             dtype=torch.float64,
             device=device,
         )
         if dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(local)
-            local /= dist.get_world_size()
+            local = _across_ranks(names, local)
         return {f"{self.prefix}/{n}": v for n, v in zip(names, local.tolist(), strict=True)}
+
+
+def _across_ranks(names: list[str], local: torch.Tensor) -> torch.Tensor:
+    """The mean over ranks, or the largest / smallest value for the extremes. Every rank has
+    every name (the same code path), so the reductions line up."""
+    mean = local.clone()
+    dist.all_reduce(mean)
+    mean /= dist.get_world_size()
+    if not any(n in MAXIMA or n in MINIMA for n in names):
+        return mean
+    highest, lowest = local.clone(), local.clone()
+    dist.all_reduce(highest, op=dist.ReduceOp.MAX)
+    dist.all_reduce(lowest, op=dist.ReduceOp.MIN)
+    for i, name in enumerate(names):
+        if name in MAXIMA:
+            mean[i] = highest[i]
+        elif name in MINIMA:
+            mean[i] = lowest[i]
+    return mean

@@ -3,6 +3,7 @@ devices, with weights refreshed from the actor."""
 
 import asyncio
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 
@@ -154,9 +155,7 @@ class RolloutWorker(Worker):
             tensors = list(named_tensors)
             apply = lambda: self.backend.update_weights(tensors)  # noqa: E731
         else:
-            if self.config.engine == "openai":
-                self._refresh_server(())  # raises: a frozen endpoint cannot follow the policy
-            directory = write_weights(self.backend.weights_dir, named_tensors)
+            directory = self._write_for_server(named_tensors)
             apply = lambda: self.backend.update_weights_held(str(directory))  # noqa: E731
 
         return self._background().update_weights(apply, self.config.partial_rollouts)
@@ -310,15 +309,19 @@ class RolloutWorker(Worker):
         version, self._update = self._update.finish(), None
         return version
 
-    def _refresh_server(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
-        """Write the weights where the server can read them and have it reload."""
+    def _write_for_server(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Path:
+        """Write the weights where the server can read them; a frozen endpoint refuses."""
         if self.config.engine == "openai":
             raise RuntimeError(
                 "rollout.engine=openai is a frozen endpoint: it cannot follow the trained "
                 "policy. Use it for validation, a judge or a teacher; train with engine "
                 "native, serve or vllm"
             )
-        directory = write_weights(self.backend.weights_dir, named_tensors)
+        return write_weights(self.backend.weights_dir, named_tensors)
+
+    def _refresh_server(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Write the weights where the server can read them and have it reload."""
+        directory = self._write_for_server(named_tensors)
 
         async def reload() -> int:
             try:

@@ -8,10 +8,11 @@ import yaml
 
 from ascent.config import ConfigError, dump_config, load_config, parse_overrides
 from ascent.trainer.rl.config import RLConfig, make_plan
+from ascent.trainer.rm import RMConfig
 from ascent.trainer.sft import SFTConfig
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
-CONFIG_OF = {"sft": SFTConfig, "train": RLConfig}
+CONFIG_OF = {"sft": SFTConfig, "rm": RMConfig, "train": RLConfig}
 
 
 def test_overrides_parse_as_yaml_values():

@@ -1,4 +1,5 @@
 """The ``ascent`` command line: ``quickstart``, ``sft CONFIG key=value ...``,
+``rm CONFIG key=value ...``,
 ``train CONFIG key=value ...``, ``export CHECKPOINT OUT_DIR``, ``serve MODEL_DIR`` and
 ``doctor [CONFIG]``."""
 
@@ -26,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     sft = commands.add_parser("sft", help="supervised fine-tuning")
     sft.add_argument("config", help="YAML config file")
     sft.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=3e-4")
+    rm = commands.add_parser("rm", help="reward-model training on preference pairs")
+    rm.add_argument("config", help="YAML config file")
+    rm.add_argument("overrides", nargs="*", help="dotted overrides, e.g. optim.lr=1e-5")
     train = commands.add_parser("train", help="reinforcement learning (PPO, GRPO, ...)")
     train.add_argument("config", help="YAML config file")
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. algorithm.name=dapo")
@@ -69,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         return _quickstart(args)
     if args.command == "sft":
         return _sft(args)
+    if args.command == "rm":
+        return _rm(args)
     if args.command == "export":
         return _export(args)
     if args.command == "serve":
@@ -133,6 +139,25 @@ def _sft(args: argparse.Namespace) -> int:
     except _run_failures() as error:
         return _failed(args.command, error, config.trainer.run_dir)
     print(f"validation loss: {[round(loss, 4) for _, loss in result['val_loss']]}")
+    return _stopped(result)
+
+
+def _rm(args: argparse.Namespace) -> int:
+    from ascent.trainer.rm import RMConfig, train_rm
+    from ascent.trainer.run_dir import CannotStart
+
+    config = _config(RMConfig, args, args.overrides)
+    if config is None:
+        return 2
+    try:
+        result = train_rm(config)
+    except CannotStart as error:
+        print(f"ascent rm: {error}", file=sys.stderr)
+        return 2
+    except _run_failures() as error:
+        return _failed(args.command, error, config.trainer.run_dir)
+    for step, metrics in result["validation"][-1:]:
+        print(f"validation after step {step}: {metrics}")
     return _stopped(result)
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from ascent.agents.config import AgentConfig
+from ascent.data.preference import PreferenceDataConfig
 from ascent.data.rl import RLDataConfig
 from ascent.data.sft import SFTDataConfig
 from ascent.engine.config import FSDPConfig, LoraSettings, ModelConfig, OptimConfig
@@ -30,6 +31,8 @@ from ascent.trainer.rl.config import (
     RLTrainerSettings,
     RolloutSettings,
 )
+from ascent.trainer.rl.rewards import RewardModelSettings
+from ascent.trainer.rm import RMConfig, RMTrainerSettings
 from ascent.trainer.settings import ResourcesConfig
 from ascent.trainer.sft import SFTConfig, SFTTrainerSettings
 from ascent.trainer.tracking import TrackingConfig
@@ -51,10 +54,14 @@ DOCUMENTED: list[type[BaseModel]] = [
     KLSettings,
     PFPPOSettings,
     RewardConfig,
+    RewardModelSettings,
     RLTrainerSettings,
     SFTConfig,
     SFTDataConfig,
     SFTTrainerSettings,
+    RMConfig,
+    PreferenceDataConfig,
+    RMTrainerSettings,
     ResourcesConfig,
     TrackingConfig,
     ActorConfig,

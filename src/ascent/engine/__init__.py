@@ -2,7 +2,7 @@
 
 from ascent.engine.config import FSDPConfig, LoraSettings, ModelConfig, OptimConfig
 from ascent.engine.fsdp import StepResult, TrainEngine
-from ascent.engine.modules import PolicyModule, ValueModule
+from ascent.engine.modules import PolicyModule, SequenceScoreModule, ValueModule
 from ascent.engine.packing import PackedSequences, pack_for_responses, pack_for_targets
 from ascent.engine.token_budget import (
     balance_rows,
@@ -18,6 +18,7 @@ __all__ = [
     "OptimConfig",
     "PackedSequences",
     "PolicyModule",
+    "SequenceScoreModule",
     "StepResult",
     "TrainEngine",
     "ValueModule",

@@ -100,3 +100,23 @@ class ValueModule(nn.Module):
         ).logits  # (..., 1)
         values = scores.flatten(0, -2).index_select(0, query_index).squeeze(-1)
         return values.to(torch.float32).clone()  # not a view: see PolicyModule.forward
+
+
+class SequenceScoreModule(nn.Module):
+    """One score per sequence from a sequence-classification model with one label (a
+    reward model): the model's own pooling (the last non-padding token for decoder models,
+    the first token for encoders), so the score equals what transformers gives for the same
+    ids.
+
+    forward(input_ids (B, L) right-padded, attention_mask (B, L)) -> scores (B,) float32.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        logits = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+        ).logits  # (B, 1)
+        return logits[:, 0].to(torch.float32).clone()  # not a view: see PolicyModule.forward

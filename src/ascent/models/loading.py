@@ -1,5 +1,5 @@
-"""Load causal LMs, value models and tokenizers from a local directory, the way real
-checkpoints are loaded: ``from_pretrained`` on config + safetensors + tokenizer files.
+"""Load causal LMs, value models, reward models and tokenizers from a local directory, the
+way real checkpoints are loaded: ``from_pretrained`` on config + safetensors + tokenizer files.
 
 Nothing is fetched from a hub: a path that is not a local directory is an error naming it.
 ``trust_remote_code`` stays off unless the caller asks for it (it runs code from the
@@ -70,6 +70,43 @@ def load_value_model(
     config.num_labels = 1
     config.classifier_dropout = 0.0
     return AutoModelForTokenClassification.from_pretrained(
+        directory,
+        config=config,
+        dtype=dtype,
+        trust_remote_code=trust_remote_code,
+        attn_implementation=attn_implementation,
+        local_files_only=True,
+    )
+
+
+def load_sequence_classifier(
+    path: str | Path,
+    *,
+    pad_token_id: int | None,
+    dtype: torch.dtype = torch.float32,
+    trust_remote_code: bool = False,
+    attn_implementation: str = "sdpa",
+) -> nn.Module:
+    """A reward model: ``AutoModelForSequenceClassification`` with one label, from a reward
+    model's checkpoint or from a causal LM's (its backbone, and a freshly initialised score
+    head). ``pad_token_id`` is written into the config when it has none: transformers pools
+    a decoder's score at the last token that is not padding, and needs the id to find it."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    directory = _local_dir(path)
+    config = AutoConfig.from_pretrained(
+        directory, trust_remote_code=trust_remote_code, local_files_only=True
+    )
+    classifier = any(a.endswith("ForSequenceClassification") for a in config.architectures or [])
+    if classifier and config.num_labels != 1:
+        raise ValueError(
+            f"{path}: a reward model has one output (a score); this checkpoint has "
+            f"num_labels={config.num_labels}"
+        )
+    config.num_labels = 1
+    if getattr(config.get_text_config(), "pad_token_id", None) is None:
+        config.get_text_config().pad_token_id = pad_token_id
+    return AutoModelForSequenceClassification.from_pretrained(
         directory,
         config=config,
         dtype=dtype,

@@ -6,8 +6,12 @@ from torch import nn
 from ascent.engine.config import LoraSettings
 
 
-def apply_lora(model: nn.Module, settings: LoraSettings) -> nn.Module:
-    """``model`` wrapped by peft with LoRA on ``settings.target_modules``; base weights frozen."""
+def apply_lora(model: nn.Module, settings: LoraSettings, *, train_heads: bool = False) -> nn.Module:
+    """``model`` wrapped by peft with LoRA on ``settings.target_modules``; base weights frozen.
+
+    ``train_heads``: the modules outside the backbone (a reward model's fresh score head)
+    train in full beside the adapters. They keep their own names (no peft wrapper around
+    them), so the merged weights load into the plain transformers class."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
@@ -16,6 +20,23 @@ def apply_lora(model: nn.Module, settings: LoraSettings) -> nn.Module:
         lora_dropout=settings.dropout,
         target_modules=settings.target_modules,
         bias="none",
-        task_type="CAUSAL_LM",
+        task_type=None if train_heads else "CAUSAL_LM",
+        # all-linear would put adapters on a score head too; it trains whole instead
+        exclude_modules=heads(model) if train_heads else None,
     )
-    return get_peft_model(model, config)
+    wrapped = get_peft_model(model, config)
+    if train_heads:
+        for name in heads(model):
+            getattr(model, name).requires_grad_(True)
+    return wrapped
+
+
+def heads(model: nn.Module) -> list[str]:
+    """The top-level modules with weights besides the backbone (``base_model_prefix``): the
+    score head of a sequence classifier (``score``, ``classifier``, ...)."""
+    backbone = getattr(model, "base_model_prefix", "model")
+    return [
+        name
+        for name, child in model.named_children()
+        if name != backbone and any(True for _ in child.parameters())
+    ]

@@ -44,6 +44,11 @@ class RewardConfig(Strict):
         2, ge=0, description="Scoring processes (0: in this process, without time limits)."
     )
     timeout_s: float = Field(10.0, gt=0, description="Time limit per sample.")
+    function_weight: float = Field(
+        1.0,
+        description="Weight of the function's score in the reward (beside "
+        "reward_model.weight); at 0 it is only measured (acc, val/*).",
+    )
 
 
 class RewardFailure(RuntimeError):

@@ -20,11 +20,13 @@ class NotEnoughResources(CannotStart):
 
 def pools(config: Any) -> list[tuple[str, ResourcesConfig]]:
     """The run's resource pools with their config field names: ``resources``, and
-    ``rollout.resources`` when the rollout has devices of its own."""
+    ``rollout.resources`` and ``reward_model.resources`` when those roles have devices of
+    their own."""
     found = [("resources", config.resources)]
-    rollout = getattr(getattr(config, "rollout", None), "resources", None)
-    if rollout is not None:
-        found.append(("rollout.resources", rollout))
+    for role in ("rollout", "reward_model"):
+        own = getattr(getattr(config, role, None), "resources", None)
+        if own is not None:
+            found.append((f"{role}.resources", own))
     return found
 
 

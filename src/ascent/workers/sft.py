@@ -27,7 +27,7 @@ class SFTWorkerConfig(Strict):
 
 
 class SFTWorker(EngineCheckpoints, Worker):
-    """``train_step`` (one optimiser step over a batch), ``eval_loss``, checkpoints, export.
+    """``train_step`` (one optimiser step over a batch), ``eval_sums``, checkpoints, export.
 
     Batch: ``input_ids``, ``attention_mask`` and ``loss_mask`` (B, L); the loss is the mean
     negative log-likelihood of the tokens where ``loss_mask`` is 1, over the whole batch on
@@ -94,8 +94,9 @@ class SFTWorker(EngineCheckpoints, Worker):
         )
 
     @register(Dispatch.DP)
-    def eval_loss(self, batch: Batch) -> dict[str, float]:
-        """Mean NLL of the loss tokens over the whole batch (all ranks), and their count."""
+    def eval_sums(self, batch: Batch) -> dict[str, float]:
+        """Summed NLL of the loss tokens (``nll``) and their count (``tokens``), over the
+        whole batch on all ranks."""
         require(batch, "sft", *FIELDS)
         self.engine.train(False)
         total = torch.zeros(2, dtype=torch.float64, device=self.device)
@@ -109,4 +110,4 @@ class SFTWorker(EngineCheckpoints, Worker):
                 total[0] += self._negative_log_likelihood(micro).double()
                 total[1] += micro["loss_mask"].sum()
         nll, tokens = self.engine.all_reduce_sum(total.tolist())
-        return {"loss": nll / max(tokens, 1.0), "tokens": tokens}
+        return {"nll": nll, "tokens": tokens}

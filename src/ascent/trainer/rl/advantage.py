@@ -94,9 +94,21 @@ def _stats(name: str, values: Tensor) -> dict[str, float]:
     }
 
 
+def distribution(name: str, values: Tensor) -> dict[str, float]:
+    """Mean, min, max, standard deviation and the 10th, 50th and 90th percentiles."""
+    values = values.float()
+    quantiles = torch.quantile(values, torch.tensor([0.1, 0.5, 0.9]))
+    return {
+        **_stats(name, values),
+        f"{name}/std": float(values.std(unbiased=False)),
+        **{f"{name}/p{q}": float(v) for q, v in zip((10, 50, 90), quantiles, strict=True)},
+    }
+
+
 def batch_metrics(batch: Batch) -> dict[str, float]:
     """verl's names: critic/score, critic/rewards, critic/advantages, critic/returns,
-    critic/values, response_length (with clip_ratio), prompt_length, plus accuracy."""
+    critic/values, response_length (with clip_ratio), prompt_length, plus accuracy; with a
+    reward model, reward/function and reward/model (its distribution and truncated share)."""
     mask = batch["response_mask"].bool()
     lengths = response_lengths(batch)
     width = batch["responses"].shape[1]
@@ -112,6 +124,11 @@ def batch_metrics(batch: Batch) -> dict[str, float]:
     }
     if "values" in batch:
         metrics |= _stats("critic/values", batch["values"][mask])
+    if "function_scores" in batch:  # weighted or combined with a reward model's
+        metrics |= _stats("reward/function", batch["function_scores"])
+    if "model_scores" in batch:
+        metrics |= distribution("reward/model", batch["model_scores"])
+        metrics["reward/model/truncated"] = float(batch["rm_truncated"].mean())
     for key in batch.keys():  # noqa: SIM118 - iterating a Batch is an error, keys() is not
         if key.startswith("reward_extra/") and key != "reward_extra/acc":
             values = batch[key][~torch.isnan(batch[key])]

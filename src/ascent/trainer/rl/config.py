@@ -24,6 +24,7 @@ from ascent.rollout.config import (
     ServerConfig,
 )
 from ascent.trainer.rl.presets import PRESETS
+from ascent.trainer.rl.rewards import RewardModelSettings
 from ascent.trainer.settings import ResourcesConfig, RunSettings
 from ascent.trainer.tracking import TrackingConfig
 from ascent.workers.config import RolloutCorrectionSettings
@@ -204,6 +205,9 @@ class RLConfig(Strict):
         AlgorithmSettings(), description="Algorithm (AlgorithmSettings)."
     )
     reward: RewardConfig = Field(RewardConfig(), description="Scoring (RewardConfig).")
+    reward_model: RewardModelSettings | None = Field(
+        None, description="A reward model scoring responses (RewardModelSettings)."
+    )
     trainer: RLTrainerSettings = Field(
         RLTrainerSettings(), description="The loop (RLTrainerSettings)."
     )
@@ -242,6 +246,7 @@ class Plan:
         if self.kl_mode != "none":
             kl += f" ({self.kl_estimator}, coef {self.kl_coef})"
         roles = ["actor", "rollout"] + ["reference"] * self.reference + ["critic"] * self.critic
+        roles += ["reward_model"] * (config.reward_model is not None)
         extras = []
         if self.dynamic_sampling:
             extras.append(f"dynamic sampling ({config.algorithm.max_generation_rounds} rounds)")
@@ -335,6 +340,11 @@ def make_plan(config: RLConfig) -> Plan:
         )
     _check_mode(config, dynamic, estimator)
     if config.rollout.agent is not None:
+        if config.reward_model is not None:
+            raise ValueError(
+                "reward_model cannot score rollout.agent episodes yet (a turn's prompt is the "
+                "episode so far, in the policy's tokens); score episodes with reward.function"
+            )
         if not config.data.chat_template:
             raise ValueError(
                 "rollout.agent needs data.chat_template=true: episodes are conversations, "

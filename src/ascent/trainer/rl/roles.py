@@ -13,6 +13,7 @@ from ascent.workers import (
     ReferenceConfig,
     ReferenceWorker,
 )
+from ascent.workers.reward_model import RewardModelWorker
 
 
 def actor_config(config: RLConfig, plan: Plan) -> ActorConfig:
@@ -96,8 +97,9 @@ def rollout_config(config: RLConfig, colocated: bool) -> RolloutConfig:
 
 
 def spawn_roles(config: RLConfig, plan: Plan) -> dict[str, WorkerGroup]:
-    """actor (+ reference, critic, and the rollout when colocated) on the main pool; the
-    rollout on its own pool when ``rollout.resources`` is set."""
+    """actor (+ reference, critic, and the rollout and reward model when colocated) on the
+    main pool; the rollout and the reward model each on its own pool when its ``resources``
+    are set."""
     colocated = config.rollout.resources is None
     roles = {"actor": Role(ActorWorker, args=(actor_config(config, plan),))}
     if plan.reference and config.model.lora is None:  # with LoRA the actor is its own reference
@@ -106,6 +108,9 @@ def spawn_roles(config: RLConfig, plan: Plan) -> dict[str, WorkerGroup]:
         roles["critic"] = Role(CriticWorker, args=(critic_config(config, plan),))
     if colocated:
         roles["rollout"] = Role(RolloutWorker, args=(rollout_config(config, True),))
+    scorer = config.reward_model
+    if scorer is not None and scorer.resources is None:
+        roles["reward_model"] = Role(RewardModelWorker, args=(scorer.worker_config(),))
     options = {
         "backend": config.resources.backend,
         "ray_address": config.resources.ray_address,
@@ -113,15 +118,21 @@ def spawn_roles(config: RLConfig, plan: Plan) -> dict[str, WorkerGroup]:
         "deterministic": config.trainer.deterministic,
     }
     groups = spawn_groups(roles, config.resources.pool(), **options)
+    own_devices = []
     if not colocated:
-        own = config.rollout.resources
+        role = Role(RolloutWorker, args=(rollout_config(config, False),))
+        own_devices.append(("rollout", role, config.rollout.resources))
+    if scorer is not None and scorer.resources is not None:
+        role = Role(RewardModelWorker, args=(scorer.worker_config(),))
+        own_devices.append(("reward_model", role, scorer.resources))
+    for name, role, own in own_devices:
         separate = spawn_groups(
-            {"rollout": Role(RolloutWorker, args=(rollout_config(config, False),))},
+            {name: role},
             own.pool(),
             backend=own.backend,
             ray_address=own.ray_address or config.resources.ray_address,
             seed=config.trainer.seed,
             deterministic=config.trainer.deterministic,
         )
-        groups["rollout"] = separate["rollout"]
+        groups[name] = separate[name]
     return groups

@@ -33,6 +33,7 @@ from ascent.trainer.faults import NonFiniteGuard
 from ascent.trainer.rl.advantage import AdvantageStage
 from ascent.trainer.rl.ahead import RolloutsAhead, staleness_metrics, step_seed
 from ascent.trainer.rl.config import RLConfig, make_plan
+from ascent.trainer.rl.rewards import RunRewards
 from ascent.trainer.rl.roles import spawn_roles
 from ascent.trainer.run_dir import CannotStart, start_run
 from ascent.trainer.tracking import Tracker, keep_records_up_to
@@ -41,6 +42,7 @@ TRAINED_PROMPTS = "trained_prompts.jsonl"  # per step: the prompt_id of every gr
 CONSOLE = [
     "critic/score/mean",
     "critic/acc/mean",
+    "reward/model/mean",
     "actor/pg_loss",
     "actor/entropy",
     "actor/grad_norm",
@@ -87,7 +89,7 @@ class RLRun:
         self.stream = PromptStream(train, shuffle=config.data.shuffle, seed=config.data.seed)
         per_epoch = max(1, len(train) // config.data.prompts_per_step)
         self.total_steps = cfg.total_steps or per_epoch * cfg.epochs
-        self.rewards = RewardManager(config.reward, self.tokenizer)
+        function_rewards = RewardManager(config.reward, self.tokenizer)  # checked before spawning
         self.algorithm = AdvantageStage(
             self.plan, config.algorithm.kl, config.rollout.max_response_length, cfg.seed
         )
@@ -96,6 +98,9 @@ class RLRun:
         self.groups = spawn_roles(config, self.plan)
         self.actor, self.rollout = self.groups["actor"], self.groups["rollout"]
         self.critic, self.reference = self.groups.get("critic"), self.groups.get("reference")
+        self.rewards = RunRewards(
+            function_rewards, config.reward_model, self.tokenizer, self.groups.get("reward_model")
+        )
         write_processes(self.run_dir / "processes.json", self.groups)
         if self.begin.records_up_to is not None:  # a lost attempt's later records go
             for records in ("generations.jsonl", TRAINED_PROMPTS):
@@ -269,6 +274,8 @@ class RLRun:
         for source, rows in by_source.items():
             metrics[f"val/{source}/acc"] = float(scored["acc"][rows].mean())
             metrics[f"val/{source}/score"] = float(scored["scores"][rows].mean())
+            if "model_scores" in scored:
+                metrics[f"val/{source}/model_score"] = float(scored["model_scores"][rows].mean())
         if "episode" in scored:
             metrics |= {f"val/{k}": v for k, v in agent_metrics(scored).items()}
         return metrics

@@ -1,0 +1,123 @@
+"""A run's rewards: the function reward (``ascent.rewards.manager``) and, when configured, a
+reward model's score, combined by weights:
+
+    score[i] = reward.function_weight * function_score[i] + reward_model.weight * model_score[i]
+
+placed on the last response token like any outcome score. The function still runs at weight 0:
+its ``acc`` stays the accuracy that metrics, validation and dynamic sampling read (a rule
+checked on the side while the policy trains against a reward model). The batch keeps both
+parts, ``function_scores`` and ``model_scores`` (B,), which ``batch_metrics`` logs with the
+model scores' distribution.
+
+The reward model reads each response as text: decoded with the policy's tokenizer (special
+tokens skipped, as the function reward reads it), appended as the assistant's message to
+the row's chat prompt (or, for raw-text prompts, to the prompt decoded as a user message),
+and rendered by the reward-model worker with its own tokenizer and template.
+"""
+
+import torch
+from pydantic import Field
+
+from ascent.batch import Batch
+from ascent.controller import WorkerGroup
+from ascent.engine import FSDPConfig, ModelConfig
+from ascent.engine.config import Strict
+from ascent.rewards.manager import RewardManager
+from ascent.rollout.types import response_lengths
+from ascent.trainer.settings import ResourcesConfig
+from ascent.workers.reward_model import RewardModelConfig
+
+
+class RewardModelSettings(Strict):
+    """A reward model (a sequence classifier, e.g. from ``ascent rm``) scoring responses."""
+
+    model: ModelConfig = Field(description="Its checkpoint (ModelConfig; its own tokenizer).")
+    weight: float = Field(
+        1.0, description="Weight of its score in the reward (beside reward.function_weight)."
+    )
+    chat_template: bool = Field(
+        True, description="Render with its tokenizer's chat template (false: plain text)."
+    )
+    max_length: int = Field(
+        2048, ge=2, description="Tokens per scored conversation (longer: the end is kept)."
+    )
+    tokens_per_micro_batch: int = Field(8192, ge=1, description="Token budget per forward.")
+    fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
+    resources: ResourcesConfig | None = Field(
+        None, description="Own devices; None: colocated with the actor."
+    )
+
+    def worker_config(self) -> RewardModelConfig:
+        return RewardModelConfig(
+            model=self.model,
+            fsdp=self.fsdp,
+            chat_template=self.chat_template,
+            max_length=self.max_length,
+            tokens_per_micro_batch=self.tokens_per_micro_batch,
+        )
+
+
+class RunRewards:
+    """``score(batch) -> (batch, counts)``: the combined rewards of a generated batch."""
+
+    def __init__(
+        self,
+        function: RewardManager,
+        settings: RewardModelSettings | None,
+        tokenizer: object,
+        model: WorkerGroup | None,
+    ) -> None:
+        self.function, self.function_weight = function, function.config.function_weight
+        self.settings, self.tokenizer, self.model = settings, tokenizer, model
+
+    def score(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
+        batch, counts = self.function.score(batch)
+        if self.model is None and self.function_weight == 1.0:
+            return batch, counts  # the function's scores as they are
+        function_scores = batch["scores"]
+        scores = self.function_weight * function_scores
+        fields = {"function_scores": function_scores}
+        if self.model is not None:
+            scored = self._model_scores(batch)
+            scores = scores + self.settings.weight * scored["rm_scores"]
+            fields |= {"model_scores": scored["rm_scores"], "rm_truncated": scored["rm_truncated"]}
+        token_rewards = on_last_token(batch, scores)
+        return batch.assign(scores=scores, token_rewards=token_rewards, **fields), counts
+
+    def _model_scores(self, batch: Batch) -> Batch:
+        """The reward model's scores of ``batch``'s conversations; the request is padded with
+        copies of its last row to a multiple of the group's ranks, and trimmed back."""
+        conversations = reward_model_conversations(batch, self.tokenizer)
+        extra = -len(conversations) % self.model.dp_size
+        conversations += [conversations[-1]] * extra
+        scored = self.model.score(Batch.from_dict({"rm_messages": conversations}))
+        return scored.index(slice(0, len(batch)))
+
+    def close(self) -> None:
+        self.function.close()
+
+
+def on_last_token(batch: Batch, scores: torch.Tensor) -> torch.Tensor:
+    """(B, R) token rewards: each row's score on its last response token."""
+    lengths = response_lengths(batch)
+    rewards = torch.zeros(batch["responses"].shape, dtype=torch.float32)
+    rewards[torch.arange(len(batch)), (lengths.clamp(min=1) - 1)] = scores.float()
+    return rewards
+
+
+def reward_model_conversations(batch: Batch, tokenizer: object) -> list[list[dict]]:
+    """Per row: the prompt's messages and the decoded response as the assistant's turn."""
+    lengths = response_lengths(batch).tolist()
+    responses = tokenizer.batch_decode(
+        [row[:n].tolist() for row, n in zip(batch["responses"], lengths, strict=True)],
+        skip_special_tokens=True,
+    )
+    conversations = []
+    for row, response in enumerate(responses):
+        messages = batch["raw_prompt"][row]
+        if messages is None:  # a raw-text prompt (data.chat_template=false)
+            ids = batch["prompts"][row][batch["prompt_mask"][row].bool()].tolist()
+            text = tokenizer.decode(ids, skip_special_tokens=True)
+            messages = [{"role": "user", "content": text}]
+        conversations.append([*messages, {"role": "assistant", "content": response}])
+    return conversations

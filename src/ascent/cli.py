@@ -71,10 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "quickstart":
         return _quickstart(args)
-    if args.command == "sft":
-        return _sft(args)
-    if args.command == "rm":
-        return _rm(args)
+    if args.command in ("sft", "rm"):
+        return _supervised(args)
     if args.command == "export":
         return _export(args)
     if args.command == "serve":
@@ -124,35 +122,20 @@ def _config(kind: type, args: argparse.Namespace, overrides: list[str]) -> objec
         return None
 
 
-def _sft(args: argparse.Namespace) -> int:
+def _supervised(args: argparse.Namespace) -> int:
+    """``ascent sft`` or ``ascent rm``: the same loop, each with its config and report."""
+    from ascent.trainer.rm import RMConfig, train_rm
     from ascent.trainer.run_dir import CannotStart
     from ascent.trainer.sft import SFTConfig, train_sft
 
-    config = _config(SFTConfig, args, args.overrides)
+    kind, run = {"sft": (SFTConfig, train_sft), "rm": (RMConfig, train_rm)}[args.command]
+    config = _config(kind, args, args.overrides)
     if config is None:
         return 2
     try:
-        result = train_sft(config)
+        result = run(config)
     except CannotStart as error:
-        print(f"ascent sft: {error}", file=sys.stderr)
-        return 2
-    except _run_failures() as error:
-        return _failed(args.command, error, config.trainer.run_dir)
-    print(f"validation loss: {[round(loss, 4) for _, loss in result['val_loss']]}")
-    return _stopped(result)
-
-
-def _rm(args: argparse.Namespace) -> int:
-    from ascent.trainer.rm import RMConfig, train_rm
-    from ascent.trainer.run_dir import CannotStart
-
-    config = _config(RMConfig, args, args.overrides)
-    if config is None:
-        return 2
-    try:
-        result = train_rm(config)
-    except CannotStart as error:
-        print(f"ascent rm: {error}", file=sys.stderr)
+        print(f"ascent {args.command}: {error}", file=sys.stderr)
         return 2
     except _run_failures() as error:
         return _failed(args.command, error, config.trainer.run_dir)

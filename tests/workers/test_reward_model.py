@@ -8,9 +8,10 @@ from examples.make_preference_data import preference_rows
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from ascent.batch import Batch
+from ascent.controller import WorkerError
 from ascent.data.preference import PreferencePair, reward_model_ids
 from ascent.models.loading import load_sequence_classifier
-from ascent.workers.reward_model import RewardModelWorker, right_padded
+from ascent.workers.reward_model import RewardModelWorker
 from ascent.workers.reward_trainer import RewardTrainerWorker, collate_pairs
 from tests.workers.conftest import in_process
 
@@ -56,9 +57,21 @@ def test_scores_equal_transformers_one_conversation_at_a_time(reward_checkpoint,
     assert len(set(expected)) == len(expected)  # the rows really differ
 
 
-def test_a_conversation_that_ends_with_the_pad_token_is_refused():
-    with pytest.raises(ValueError, match="ends with its pad token"):
-        right_padded([[5, 6, 7], [5, 0]], pad_id=0)
+def test_a_conversation_that_ends_with_the_pad_token_is_refused(reward_checkpoint):
+    """Without a template the tiny tokenizer renders "<|endoftext|>" as its pad token, last:
+    transformers would read that score one token early."""
+    worker = in_process(
+        RewardModelWorker, {"model": {"path": reward_checkpoint}, "chat_template": False}
+    )
+    ends_with_pad = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "<|endoftext|>"},
+    ]
+    try:
+        with pytest.raises(WorkerError, match=r"ValueError: .*ends with its pad token"):
+            worker.score(Batch.from_dict({"rm_messages": [CONVERSATIONS[0], ends_with_pad]}))
+    finally:
+        worker.shutdown()
 
 
 def test_lora_reward_training_moves_adapters_and_head_and_exports(tiny_model, tmp_path):
@@ -81,7 +94,7 @@ def test_lora_reward_training_moves_adapters_and_head_and_exports(tiny_model, tm
                 for key in ("chosen", "rejected")
             ]
             out.append(PreferencePair(*sides))
-        return collate_pairs(out, tokenizer.pad_token_id)
+        return collate_pairs(out)
 
     config = {
         "model": {"path": tiny_model, "lora": {"rank": 8, "alpha": 16}},

@@ -102,3 +102,15 @@ def widened(tensors: list[Tensor], padding: Padding | None) -> list[Tensor]:
         parts = [filler, tensor] if padding.side == "left" else [tensor, filler]
         out.append(torch.cat(parts, dim=1))
     return out
+
+
+def right_padded(rows: Sequence[Sequence[int]], value: int = 0) -> tuple[Tensor, Tensor]:
+    """(B, L) integer rows right-padded with ``value`` (L the longest row), and the mask
+    (B, L) that is 1 on each row's own entries."""
+    width = max(len(row) for row in rows)
+    out = torch.full((len(rows), width), value, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, : len(row)] = 1
+    return out, mask

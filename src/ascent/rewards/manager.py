@@ -51,6 +51,23 @@ class RewardConfig(Strict):
     )
 
 
+def response_texts(batch: Batch, tokenizer: Any) -> list[str]:
+    """Each response decoded without special tokens: what every scorer reads."""
+    lengths = response_lengths(batch).tolist()
+    return tokenizer.batch_decode(
+        [row[:n].tolist() for row, n in zip(batch["responses"], lengths, strict=True)],
+        skip_special_tokens=True,
+    )
+
+
+def on_last_token(batch: Batch, scores: torch.Tensor) -> torch.Tensor:
+    """(B, R) token rewards: each row's score on its last response token."""
+    lengths = response_lengths(batch)
+    rewards = torch.zeros(batch["responses"].shape, dtype=torch.float32)
+    rewards[torch.arange(len(batch)), lengths.clamp(min=1) - 1] = scores.float()
+    return rewards
+
+
 class RewardFailure(RuntimeError):
     """Scoring cannot go on: the scorer failed on every sample of a batch, or a sample's
     scoring process died on every try. The step stops; its message names the sample."""
@@ -71,14 +88,12 @@ class RewardManager:
         self.pool = ScoringPool(config.workers, config.timeout_s) if config.workers else None
         self.reported_failure = False
 
-    def score(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
+    def score(self, batch: Batch, texts: list[str] | None = None) -> tuple[Batch, dict[str, float]]:
         """Adds ``scores`` and ``acc`` (B,), ``token_rewards`` (B, R) (the score on the last
-        response token) and ``reward_extra/<key>`` (B,) fields; returns the counts."""
-        lengths = response_lengths(batch).tolist()
-        texts = self.tokenizer.batch_decode(
-            [row[:n].tolist() for row, n in zip(batch["responses"], lengths, strict=True)],
-            skip_special_tokens=True,
-        )
+        response token) and ``reward_extra/<key>`` (B,) fields; returns the counts.
+        ``texts``: the responses as ``response_texts`` decodes them, when already decoded."""
+        if texts is None:
+            texts = response_texts(batch, self.tokenizer)
         calls = [
             (self.config.function, source, text, truth, extra)
             for source, text, truth, extra in zip(
@@ -103,9 +118,7 @@ class RewardManager:
                 f"reward: the scorer failed on all {len(batch)} samples of the batch (first: "
                 f"{failed[0][1]}); fix reward.function or the data's ground truth"
             )
-        return self._as_fields(batch, scores, extras, lengths), {
-            f"reward/{k}": v for k, v in counts.items()
-        }
+        return self._as_fields(batch, scores, extras), {f"reward/{k}": v for k, v in counts.items()}
 
     def _run(self, calls: list[tuple]) -> Iterable[tuple[float, dict, tuple | None]]:
         if self.pool is None:
@@ -147,14 +160,9 @@ class RewardManager:
             "are counted in reward/* metrics (reported once per run)"
         )
 
-    def _as_fields(
-        self, batch: Batch, scores: list[float], extras: list[dict], lengths: list[int]
-    ) -> Batch:
-        width = batch["responses"].shape[1]
+    def _as_fields(self, batch: Batch, scores: list[float], extras: list[dict]) -> Batch:
         score_tensor = torch.tensor(scores, dtype=torch.float32)
-        token_rewards = torch.zeros(len(scores), width)
-        last = torch.tensor(lengths).clamp(min=1) - 1
-        token_rewards[torch.arange(len(scores)), last] = score_tensor
+        token_rewards = on_last_token(batch, score_tensor)
         keys = sorted({k for extra in extras for k in extra})
         fields = {
             f"reward_extra/{k}": torch.tensor([e.get(k, math.nan) for e in extras]) for k in keys

@@ -23,7 +23,6 @@ from ascent.trainer.settings import ResourcesConfig
 from ascent.trainer.sft import SFTTrainerSettings
 from ascent.trainer.supervised import SupervisedTask, run_supervised
 from ascent.trainer.tracking import TrackingConfig
-from ascent.workers.reward_model import reward_pad_id
 from ascent.workers.reward_trainer import RewardTrainerConfig, RewardTrainerWorker, collate_pairs
 
 
@@ -64,7 +63,6 @@ def train_rm(config: RMConfig) -> dict:
     train, counts = load_preference_pairs(config.data.train_files, tokenizer, config.data)
     val, val_counts = load_preference_pairs(config.data.val_files, tokenizer, config.data)
     print(f"preference pairs: train {dict(counts)}; validation {dict(val_counts)}")
-    pad_id = reward_pad_id(config.model, tokenizer)
     task = SupervisedTask(
         role="rm",
         worker=RewardTrainerWorker,
@@ -74,7 +72,7 @@ def train_rm(config: RMConfig) -> dict:
             fsdp=config.fsdp,
             tokens_per_micro_batch=config.trainer.tokens_per_micro_batch,
         ),
-        collate=lambda pairs: collate_pairs(pairs, pad_id),
+        collate=collate_pairs,
         padding=lambda pair: replace(pair, weight=0.0),
         val_metrics=val_metrics,
         console=["rm/loss", "rm/accuracy", "rm/grad_norm", "val/accuracy", "val/loss"],

@@ -6,10 +6,10 @@ optimiser step each, validation loss every ``val_every`` steps, checkpoints in t
 the RL trainer resumes from, and a transformers export at the end.
 """
 
-import torch
 from pydantic import Field
 
 from ascent.batch import Batch
+from ascent.batch.fields import right_padded
 from ascent.data.sft import SFTDataConfig, SFTExample, load_sft_examples
 from ascent.engine import FSDPConfig, ModelConfig, OptimConfig
 from ascent.engine.config import Strict
@@ -46,15 +46,8 @@ class SFTConfig(Strict):
 
 def collate(examples: list[SFTExample], pad_id: int) -> Batch:
     """Right-padded (B, L) input_ids, attention_mask and loss_mask."""
-    width = max(len(e.input_ids) for e in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    attention = torch.zeros(len(examples), width, dtype=torch.long)
-    loss = torch.zeros(len(examples), width, dtype=torch.long)
-    for row, example in enumerate(examples):
-        n = len(example.input_ids)
-        ids[row, :n] = torch.tensor(example.input_ids)
-        attention[row, :n] = 1
-        loss[row, :n] = torch.tensor(example.loss_mask)
+    ids, attention = right_padded([e.input_ids for e in examples], pad_id)
+    loss, _ = right_padded([e.loss_mask for e in examples])
     return Batch.from_dict({"input_ids": ids, "attention_mask": attention, "loss_mask": loss})
 
 

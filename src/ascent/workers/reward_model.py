@@ -15,6 +15,7 @@ from pydantic import Field
 from torch import Tensor
 
 from ascent.batch import Batch
+from ascent.batch.fields import right_padded
 from ascent.controller import Dispatch, Worker, register
 from ascent.data.preference import reward_model_ids
 from ascent.engine import FSDPConfig, ModelConfig, SequenceScoreModule, TrainEngine
@@ -31,65 +32,43 @@ class RewardModelConfig(Strict):
     tokens_per_micro_batch: int = Field(8192, ge=1)
 
 
-def reward_pad_id(model: ModelConfig, tokenizer: object) -> int | None:
-    """The padding id of a reward model: its config's, else its tokenizer's pad token, else
-    its EOS (transformers finds a decoder's last token by it)."""
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(
-        model.path, trust_remote_code=model.trust_remote_code, local_files_only=True
-    )
-    for pad_id in (
-        getattr(config.get_text_config(), "pad_token_id", None),
-        tokenizer.pad_token_id,
-        tokenizer.eos_token_id,
-    ):
-        if pad_id is not None:
-            return pad_id
-    return None
-
-
 def reward_tokenizer_and_model(model: ModelConfig) -> tuple[object, torch.nn.Module]:
-    """The reward model's tokenizer and its sequence classifier, with ``reward_pad_id``."""
+    """The reward model's tokenizer and its sequence classifier; a config without a pad id
+    gets the tokenizer's pad token, else its EOS (transformers finds a decoder's last token
+    by it)."""
     tokenizer = load_tokenizer(model.path, trust_remote_code=model.trust_remote_code)
+    fallback = tokenizer.pad_token_id
     classifier = load_sequence_classifier(
         model.path,
-        pad_token_id=reward_pad_id(model, tokenizer),
+        pad_token_id=tokenizer.eos_token_id if fallback is None else fallback,
         trust_remote_code=model.trust_remote_code,
         attn_implementation=model.attn_implementation,
     )
     return tokenizer, classifier
 
 
-def right_padded(sequences: list[list[int]], pad_id: int | None) -> tuple[Tensor, Tensor]:
-    """(B, L) ids right-padded with ``pad_id`` and their attention mask.
-
-    A decoder's score is read at the last token that is not ``pad_id``; a sequence that
-    itself ends with the pad id would be scored one token early, so it is refused."""
-    if pad_id is not None and any(seq and seq[-1] == pad_id for seq in sequences):
-        raise ValueError(
-            f"a conversation rendered for the reward model ends with its pad token (id "
-            f"{pad_id}): transformers would read the score before it. Give the reward "
-            "model's tokenizer a pad token that does not end conversations"
-        )
-    width = max(len(seq) for seq in sequences)
-    ids = torch.full((len(sequences), width), pad_id or 0, dtype=torch.long)
-    mask = torch.zeros(len(sequences), width, dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        mask[row, : len(seq)] = 1
-    return ids, mask
-
-
 def score_forward(module: torch.nn.Module, batch: Batch, device: torch.device) -> Tensor:
-    """Scores (b,) of a right-padded micro-batch, cut to its longest row first."""
-    width = int(batch["attention_mask"].sum(-1).max())
-    ids = batch["input_ids"][:, :width].to(device)
-    return module(ids, batch["attention_mask"][:, :width].to(device))
+    """Scores (b,) of a right-padded micro-batch (``input_ids``, ``attention_mask``), cut to
+    its longest row first.
 
-
-def model_pad_id(module: torch.nn.Module) -> int | None:
-    return module.model.config.get_text_config().pad_token_id
+    The padding is written with the model's own pad id: transformers reads a decoder's score
+    at the last token that is not that id. A row that itself ends with the pad id would be
+    scored one token early, so it is refused."""
+    mask = batch["attention_mask"]
+    width = int(mask.sum(-1).max())
+    mask = mask[:, :width]
+    pad_id = module.model.config.get_text_config().pad_token_id
+    ids = batch["input_ids"][:, :width]
+    if pad_id is not None:
+        last = ids.gather(1, (mask.sum(-1, keepdim=True) - 1).clamp(min=0))
+        if bool((last == pad_id).any()):
+            raise ValueError(
+                f"a conversation rendered for the reward model ends with its pad token (id "
+                f"{pad_id}): transformers would read the score before it. Give the reward "
+                "model's tokenizer a pad token that does not end conversations"
+            )
+        ids = ids.masked_fill(mask == 0, pad_id)
+    return module(ids.to(device), mask.to(device))
 
 
 class RewardModelWorker(Worker):
@@ -119,7 +98,7 @@ class RewardModelWorker(Worker):
             )
             for messages in batch["rm_messages"]
         ]
-        ids, mask = right_padded([ids for ids, _ in rendered], model_pad_id(self.engine.module))
+        ids, mask = right_padded([ids for ids, _ in rendered])
         inputs = Batch.from_dict({"input_ids": ids, "attention_mask": mask})
         (scores,) = micro_batched(
             lambda micro: (score_forward(self.engine.module, micro, self.device).unsqueeze(-1),),

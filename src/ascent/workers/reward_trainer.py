@@ -14,6 +14,7 @@ from pydantic import Field
 from ascent.algos import LossNormalizer
 from ascent.algos.bradley_terry import PairwiseLoss, bradley_terry_loss
 from ascent.batch import Batch
+from ascent.batch.fields import right_padded
 from ascent.controller import Dispatch, Worker, register
 from ascent.data.preference import PreferencePair
 from ascent.engine import FSDPConfig, ModelConfig, OptimConfig, SequenceScoreModule, TrainEngine
@@ -22,12 +23,7 @@ from ascent.engine.token_budget import synchronized_micro_batches
 from ascent.models.lora import apply_lora
 from ascent.workers.common import EngineCheckpoints, require, token_counts, train
 from ascent.workers.config import MicroBatching
-from ascent.workers.reward_model import (
-    model_pad_id,
-    reward_tokenizer_and_model,
-    right_padded,
-    score_forward,
-)
+from ascent.workers.reward_model import reward_tokenizer_and_model, score_forward
 
 FIELDS = ("chosen_ids", "chosen_mask", "rejected_ids", "rejected_mask", "pair_weight", "margin")
 
@@ -39,11 +35,10 @@ class RewardTrainerConfig(Strict):
     tokens_per_micro_batch: int = Field(8192, ge=1)
 
 
-def collate_pairs(pairs: list[PreferencePair], pad_id: int | None) -> Batch:
-    """The batch of ``pairs`` (layout in the module docstring)."""
-    ids, mask = right_padded(
-        [p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs], pad_id
-    )
+def collate_pairs(pairs: list[PreferencePair]) -> Batch:
+    """The batch of ``pairs`` (layout in the module docstring; the worker writes the
+    padding with the model's pad id)."""
+    ids, mask = right_padded([p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs])
     chosen, rejected = slice(0, len(pairs)), slice(len(pairs), None)
     return Batch.from_dict(
         {
@@ -76,10 +71,6 @@ class RewardTrainerWorker(EngineCheckpoints, Worker):
             optim=cfg.optim,
             gradient_checkpointing=cfg.model.gradient_checkpointing,
         )
-
-    @property
-    def pad_id(self) -> int | None:
-        return model_pad_id(self.engine.module)
 
     def _scores(self, micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Chosen and rejected scores (p,) from one forward over the 2p rows."""

@@ -15,15 +15,13 @@ the row's chat prompt (or, for raw-text prompts, to the prompt decoded as a user
 and rendered by the reward-model worker with its own tokenizer and template.
 """
 
-import torch
 from pydantic import Field
 
 from ascent.batch import Batch
 from ascent.controller import WorkerGroup
 from ascent.engine import FSDPConfig, ModelConfig
 from ascent.engine.config import Strict
-from ascent.rewards.manager import RewardManager
-from ascent.rollout.types import response_lengths
+from ascent.rewards.manager import RewardManager, on_last_token, response_texts
 from ascent.trainer.settings import ResourcesConfig
 from ascent.workers.reward_model import RewardModelConfig
 
@@ -71,23 +69,24 @@ class RunRewards:
         self.settings, self.tokenizer, self.model = settings, tokenizer, model
 
     def score(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
-        batch, counts = self.function.score(batch)
+        texts = response_texts(batch, self.tokenizer)  # decoded once for both scorers
+        batch, counts = self.function.score(batch, texts)
         if self.model is None and self.function_weight == 1.0:
             return batch, counts  # the function's scores as they are
         function_scores = batch["scores"]
         scores = self.function_weight * function_scores
         fields = {"function_scores": function_scores}
         if self.model is not None:
-            scored = self._model_scores(batch)
+            scored = self._model_scores(batch, texts)
             scores = scores + self.settings.weight * scored["rm_scores"]
             fields |= {"model_scores": scored["rm_scores"], "rm_truncated": scored["rm_truncated"]}
         token_rewards = on_last_token(batch, scores)
         return batch.assign(scores=scores, token_rewards=token_rewards, **fields), counts
 
-    def _model_scores(self, batch: Batch) -> Batch:
+    def _model_scores(self, batch: Batch, texts: list[str]) -> Batch:
         """The reward model's scores of ``batch``'s conversations; the request is padded with
         copies of its last row to a multiple of the group's ranks, and trimmed back."""
-        conversations = reward_model_conversations(batch, self.tokenizer)
+        conversations = reward_model_conversations(batch, texts, self.tokenizer)
         extra = -len(conversations) % self.model.dp_size
         conversations += [conversations[-1]] * extra
         scored = self.model.score(Batch.from_dict({"rm_messages": conversations}))
@@ -97,23 +96,13 @@ class RunRewards:
         self.function.close()
 
 
-def on_last_token(batch: Batch, scores: torch.Tensor) -> torch.Tensor:
-    """(B, R) token rewards: each row's score on its last response token."""
-    lengths = response_lengths(batch)
-    rewards = torch.zeros(batch["responses"].shape, dtype=torch.float32)
-    rewards[torch.arange(len(batch)), (lengths.clamp(min=1) - 1)] = scores.float()
-    return rewards
-
-
-def reward_model_conversations(batch: Batch, tokenizer: object) -> list[list[dict]]:
-    """Per row: the prompt's messages and the decoded response as the assistant's turn."""
-    lengths = response_lengths(batch).tolist()
-    responses = tokenizer.batch_decode(
-        [row[:n].tolist() for row, n in zip(batch["responses"], lengths, strict=True)],
-        skip_special_tokens=True,
-    )
+def reward_model_conversations(
+    batch: Batch, texts: list[str], tokenizer: object
+) -> list[list[dict]]:
+    """Per row: the prompt's messages and the decoded response (``texts``) as the
+    assistant's turn."""
     conversations = []
-    for row, response in enumerate(responses):
+    for row, response in enumerate(texts):
         messages = batch["raw_prompt"][row]
         if messages is None:  # a raw-text prompt (data.chat_template=false)
             ids = batch["prompts"][row][batch["prompt_mask"][row].bool()].tolist()

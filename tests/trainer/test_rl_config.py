@@ -134,3 +134,22 @@ def test_stale_rollouts_are_importance_weighted_unless_configured():
         assert actor_config(config, plan).rollout_correction.mode == expected
     config, plan = plan_for("trainer.mode=async", "actor.rollout_correction.mode=mask")
     assert actor_config(config, plan).rollout_correction.mode == "mask"
+
+
+def test_a_reward_model_on_its_own_devices_is_counted_in_the_demand():
+    """The capacity check before a local Ray starts sees the reward model's own pool."""
+    from ascent.trainer.capacity import demand
+
+    config, _ = plan_for(
+        "reward_model.model.path=/rm",
+        "reward_model.resources.devices_per_node=3",
+        "reward_model.resources.cpus_per_worker=2",
+    )
+    cpus, gpus, fields = demand(config)
+    assert (cpus, gpus) == (1 + 3 * 2, 0)
+    assert "reward_model.resources.devices_per_node" in fields
+
+
+def test_a_reward_model_cannot_score_agent_episodes_yet():
+    with pytest.raises(ValueError, match=r"reward_model cannot score rollout\.agent episodes"):
+        plan_for("reward_model.model.path=/rm", "rollout.agent.max_turns=2")

@@ -18,6 +18,7 @@ from ascent.data.preference import PreferenceDataConfig
 from ascent.data.rl import RLDataConfig
 from ascent.data.sft import SFTDataConfig
 from ascent.engine.config import FSDPConfig, LoraSettings, ModelConfig, OptimConfig
+from ascent.rewards.judge import JudgeConfig
 from ascent.rewards.manager import RewardConfig
 from ascent.rollout.config import RolloutConfig, ServerConfig
 from ascent.rollout.types import SamplingParams
@@ -25,6 +26,7 @@ from ascent.trainer.rl.config import (
     ActorSettings,
     AlgorithmSettings,
     CriticSettings,
+    ImplicitPRMSettings,
     KLSettings,
     PFPPOSettings,
     RLConfig,
@@ -39,6 +41,7 @@ from ascent.trainer.tracking import TrackingConfig
 from ascent.workers.config import (
     ActorConfig,
     CriticConfig,
+    ImplicitPRMConfig,
     PolicyLossSettings,
     ReferenceConfig,
     RolloutCorrectionSettings,
@@ -50,11 +53,13 @@ DOCUMENTED: list[type[BaseModel]] = [
     RolloutSettings,
     ActorSettings,
     CriticSettings,
+    ImplicitPRMSettings,
     AlgorithmSettings,
     KLSettings,
     PFPPOSettings,
     RewardConfig,
     RewardModelSettings,
+    JudgeConfig,
     RLTrainerSettings,
     SFTConfig,
     SFTDataConfig,
@@ -66,6 +71,7 @@ DOCUMENTED: list[type[BaseModel]] = [
     TrackingConfig,
     ActorConfig,
     CriticConfig,
+    ImplicitPRMConfig,
     ReferenceConfig,
     RolloutConfig,
     ServerConfig,

@@ -68,6 +68,17 @@ def reinforce(lp, old, adv, mask) -> dict:
     return {(i, t): -float(adv[i, t]) * lp[i, t] for i, t in valid_positions(mask)}
 
 
+def sppo(lp, old, adv, mask) -> dict:
+    """(sum_t (lp - old) - a_i)^2 on each of row i's tokens, a_i its tokens' mean advantage."""
+    out = {}
+    for i, ts in _rows(mask).items():
+        target = sum(float(adv[i, t]) for t in ts) / len(ts)
+        log_ratio = sum(lp[i, t] - old[i, t] for t in ts)
+        for t in ts:
+            out[i, t] = (log_ratio - target) ** 2
+    return out
+
+
 def cispo(lp, old, adv, mask, clip_low=1.0, clip_high=0.28) -> dict:
     out = {}
     for i, t in valid_positions(mask):

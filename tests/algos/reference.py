@@ -176,3 +176,64 @@ def gpg(rewards, mask, groups) -> Rows:
         group = [scores[j] for j in by_group[groups[i]]]
         out.append(alpha * (s - statistics.fmean(group)) if len(group) > 1 else 0.0)
     return broadcast(out, mask)
+
+
+def prime(rewards, process, mask, groups, outcome_coef, process_coef, whiten_returns):
+    """PRIME's eq. 5 token by token: leave-one-out outcome and process baselines, then the
+    reward-to-go over valid tokens; returns (advantages, returns)."""
+    scores = scores_of(rewards, mask)
+    per_token = []
+    for row, mrow in zip(process, mask, strict=True):
+        valid = [p for p, m in zip(row, mrow, strict=True) if m]
+        per_token.append(math.fsum(valid) / len(valid) if valid else 0.0)
+    by_group = members(groups)
+    returns = []
+    for i, mrow in enumerate(mask):
+        others = [j for j in by_group[groups[i]] if j != i]
+        outcome_base = statistics.fmean(scores[j] for j in others)
+        process_base = statistics.fmean(per_token[j] for j in others)
+        positions = [t for t, m in enumerate(mrow) if m]
+        combined = [0.0] * len(mrow)
+        for t in positions:
+            outcome = rewards[i][t] - (outcome_base if t == positions[-1] else 0.0)
+            combined[t] = outcome_coef * outcome + process_coef * (process[i][t] - process_base)
+        returns.append(
+            [
+                math.fsum(combined[u] for u in positions if u >= t) if m else 0.0
+                for t, m in enumerate(mrow)
+            ]
+        )
+    return (whiten(returns, mask) if whiten_returns else returns), returns
+
+
+def implicit_prm_loss(prm, ref, mask, labels, beta) -> tuple[float, float]:
+    """Mean over rows with a valid token of BCE(sigmoid(beta * sum_t (prm - ref)), label),
+    and the share of those rows whose implicit reward's sign agrees with the label."""
+    losses, agree = [], []
+    for prow, rrow, mrow, label in zip(prm, ref, mask, labels, strict=True):
+        if not any(mrow):
+            continue
+        reward = beta * math.fsum(p - r for p, r, m in zip(prow, rrow, mrow, strict=True) if m)
+        probability = 1.0 / (1.0 + math.exp(-reward))
+        losses.append(-(label * math.log(probability) + (1 - label) * math.log(1 - probability)))
+        agree.append(float((reward > 0) == (label > 0.5)))
+    return statistics.fmean(losses), statistics.fmean(agree)
+
+
+def sppo(rewards, mask, groups, eta, temperature) -> Rows:
+    """eta * (P_i - 1/2), P_i the mean over the others of the group of sigmoid((s_i - s_j) /
+    temperature) (temperature 0: 1, 1/2 or 0 by comparison); 0 for a singleton."""
+    scores = scores_of(rewards, mask)
+    by_group = members(groups)
+    out = []
+    for i, s in enumerate(scores):
+        others = [scores[j] for j in by_group[groups[i]] if j != i]
+        if not others:
+            out.append(0.0)
+            continue
+        if temperature > 0:
+            wins = [1.0 / (1.0 + math.exp(-(s - o) / temperature)) for o in others]
+        else:
+            wins = [1.0 if s > o else 0.5 if s == o else 0.0 for o in others]
+        out.append(eta * (statistics.fmean(wins) - 0.5))
+    return broadcast(out, mask)

@@ -57,6 +57,10 @@ def expected(name: str, params: dict, case: Case):
         return ref.opo(rewards, mask, groups), None
     if name == "gpg":
         return ref.gpg(rewards, mask, groups), None
+    if name == "sppo":
+        return ref.sppo(
+            rewards, mask, groups, params.get("eta", 1.0), params.get("temperature", 1.0)
+        ), None
     raise AssertionError(name)
 
 
@@ -77,11 +81,18 @@ CONFIGS = [
     ("remax", {}),
     ("opo", {}),
     ("gpg", {}),
+    ("sppo", {}),
+    ("sppo", {"eta": 3.0, "temperature": 0.2}),
+    ("sppo", {"temperature": 0.0}),
 ]
 
 
+# prime reads process rewards and needs groups of 2 or more: tests/algos/test_prime.py.
+OWN_TESTS = {"prime"}
+
+
 def test_every_registered_estimator_is_checked_here():
-    assert {name for name, _ in CONFIGS} == set(ADVANTAGE_ESTIMATORS.names())
+    assert {name for name, _ in CONFIGS} | OWN_TESTS == set(ADVANTAGE_ESTIMATORS.names())
 
 
 @pytest.mark.parametrize("dense", [False, True], ids=["outcome", "dense"])
@@ -111,7 +122,7 @@ def test_float32_inputs_give_float32_and_agree():
         values=case.values.float(),
         baseline_scores=case.baseline_scores.float(),
     )
-    for name in ADVANTAGE_ESTIMATORS.names():
+    for name in sorted(set(ADVANTAGE_ESTIMATORS.names()) - OWN_TESTS):
         out32 = compute_advantages(name, as32)
         out64 = compute_advantages(name, inputs_of(case))
         assert out32.advantages.dtype == torch.float32
@@ -120,7 +131,7 @@ def test_float32_inputs_give_float32_and_agree():
         )
 
 
-GROUP_ESTIMATORS = ["grpo", "drgrpo", "grpo_passk", "rloo", "opo", "gpg"]
+GROUP_ESTIMATORS = ["grpo", "drgrpo", "grpo_passk", "rloo", "opo", "gpg", "sppo"]
 
 
 @pytest.mark.parametrize("name", GROUP_ESTIMATORS)

@@ -23,6 +23,7 @@ CASES = [
     ("geo_mean", {"clip_low": 0.1, "clip_high": 0.2}, ref.geo_mean, 0.5),
     ("kl_cov", {}, ref.kl_cov, 0.3),
     ("kl_cov", {"kl_cov_ratio": 0.1, "kl_coef": 0.5}, ref.kl_cov, 0.3),
+    ("sppo", {}, ref.sppo, 0.3),
 ]
 
 
@@ -131,7 +132,7 @@ def test_ppo_rejects_dual_clip_not_above_one():
 
 def test_fixed_aggregation_of_sequence_losses():
     case = make_case(0)
-    for name in ("gspo", "geo_mean"):
+    for name in ("gspo", "geo_mean", "sppo"):
         assert run_loss(name, {}, case, case.log_probs).aggregation == "seq-mean-token-mean"
     for name in ("ppo", "reinforce", "cispo", "clip_cov", "kl_cov"):
         assert run_loss(name, {}, case, case.log_probs).aggregation is None

@@ -1,8 +1,8 @@
-"""Exact resume: N steps straight and N/2 + resume + N/2 log identical metrics (GRPO, and PPO
-with its critic) in deterministic mode; a checkpoint resumes on another number of ranks; a
-corrupt newest checkpoint is skipped by ``auto`` and refused by path; non-finite updates are
-skipped, counted and stop the run with their batches saved; checkpoints without optimiser
-state are smaller and resume."""
+"""Exact resume: N steps straight and N/2 + resume + N/2 log identical metrics (GRPO, PPO
+with its critic, PRIME with its implicit PRM) in deterministic mode; a checkpoint resumes on
+another number of ranks; a corrupt newest checkpoint is skipped by ``auto`` and refused by
+path; non-finite updates are skipped, counted and stop the run with their batches saved;
+checkpoints without optimiser state are smaller and resume."""
 
 import json
 import re
@@ -29,7 +29,7 @@ def records(run_dir):
     ]
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo", "prime"])
 def test_half_then_resumed_half_equals_the_whole_run(tiny_model, prompts, tmp_path, algorithm):
     run = [f"algorithm.name={algorithm}", *EXACT]
     whole, halves = tmp_path / "whole", tmp_path / "halves"
@@ -37,8 +37,9 @@ def test_half_then_resumed_half_equals_the_whole_run(tiny_model, prompts, tmp_pa
     train_rl(config(tiny_model, prompts, halves, "trainer.total_steps=2", *run))
     state = json.loads((halves / "checkpoints/step_00000002/trainer_state.json").read_text())
     assert state["weight_version"] == 2 and state["data"] and "nonfinite" in state
-    if algorithm == "ppo":
-        assert (halves / "checkpoints/step_00000002/critic").is_dir()
+    trained = {"ppo": "critic", "prime": "implicit_prm"}.get(algorithm)
+    if trained is not None:  # its weights and optimiser: prm/* metrics must match too
+        assert (halves / "checkpoints/step_00000002" / trained).is_dir()
     result = train_rl(config(tiny_model, prompts, halves, "trainer.total_steps=4", *run))
     assert result["steps"] == 4
     assert records(halves) == records(whole)  # bitwise: every value of every step

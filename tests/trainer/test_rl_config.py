@@ -23,7 +23,8 @@ def test_every_preset_resolves_to_registered_pieces(name):
     ADVANTAGE_ESTIMATORS.get(plan.estimator)
     POLICY_LOSSES.get(plan.loss)
     assert plan.critic == (plan.estimator == "gae")
-    assert plan.reference == (plan.kl_mode != "none")
+    # The reference serves a KL term, or PRIME's implicit PRM (its log-ratio).
+    assert plan.reference == (plan.kl_mode != "none" or plan.implicit_prm)
     assert plan.greedy_baseline == (name == "remax")
     assert name in plan.describe(config)
 

@@ -170,6 +170,7 @@ def test_every_algorithm_runs_with_its_own_roles(tiny_model, prompts, tmp_path, 
     record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert record["step"] == 2 and 0 <= record["critic/score/mean"] <= 1
     assert ("critic/vf_loss" in record) == plan.critic
+    assert ("prm/loss" in record) == plan.implicit_prm == (name == "prime")
     assert ("timing_s/ref" in record) == plan.reference
     assert ("dynamic_sampling/groups" in record) == plan.dynamic_sampling
     assert "timing_s/old_log_prob" in record  # two mini-batches: the second is off-policy

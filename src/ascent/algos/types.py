@@ -28,6 +28,7 @@ class AdvantageInputs:
     sample_weights: (B,) each sample's weight in its group's statistics (group estimators);
         1/k for each of the k samples of a multi-turn episode, so groups count episodes.
         None: every sample counts once.
+    process_rewards: (B, T) dense per-token rewards of a process reward model (prime).
     """
 
     token_rewards: Tensor
@@ -36,6 +37,7 @@ class AdvantageInputs:
     values: Tensor | None = None
     baseline_scores: Tensor | None = None
     sample_weights: Tensor | None = None
+    process_rewards: Tensor | None = None
 
     def require(self, name: str, estimator: str) -> Tensor:
         """The optional field ``name``, or an error saying which estimator needs it."""

@@ -63,7 +63,9 @@ class NonFiniteGuard:
     the gradient non-finite and did not step); saves each such step's batch under
     ``dump_dir``; raises NonFiniteUpdates after ``limit`` in a row (0: never)."""
 
-    def __init__(self, limit: int, dump_dir: Path, roles: tuple[str, ...] = ("actor", "critic")):
+    def __init__(
+        self, limit: int, dump_dir: Path, roles: tuple[str, ...] = ("actor", "critic", "prm")
+    ):
         self.limit, self.dump_dir, self.roles = limit, dump_dir, roles
         self.consecutive = 0
         self.total = 0

@@ -1,4 +1,4 @@
-"""Settings of the training-side roles: actor, reference, critic."""
+"""Settings of the training-side roles: actor, reference, critic, implicit PRM."""
 
 from typing import Any, Literal
 
@@ -97,3 +97,14 @@ class CriticConfig(MicroBatching):
     fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
     value_clip: float | None = Field(0.5, gt=0, description="Clip range around old values.")
     aggregation: AggregationMode = Field("token-mean", description="Loss aggregation mode.")
+
+
+class ImplicitPRMConfig(MicroBatching):
+    """PRIME's implicit process reward model (a causal LM trained on outcome labels)."""
+
+    model: ModelConfig = Field(description="Its checkpoint; the policy's at the start.")
+    optim: OptimConfig = Field(OptimConfig(lr=1e-6), description="Optimiser (OptimConfig).")
+    fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
+    beta: float = Field(0.05, gt=0, description="beta of r = beta * (lp_prm - lp_ref).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollout.")
+    chunk_tokens: int = Field(1024, ge=1, description="Tokens per log-prob chunk.")

@@ -11,10 +11,12 @@ from ascent.algos.advantages.gpg import gpg
 from ascent.algos.advantages.grpo import drgrpo, grpo
 from ascent.algos.advantages.grpo_passk import grpo_passk
 from ascent.algos.advantages.opo import opo
+from ascent.algos.advantages.prime import prime
 from ascent.algos.advantages.reinforce_pp import reinforce_pp
 from ascent.algos.advantages.reinforce_pp_baseline import reinforce_pp_baseline
 from ascent.algos.advantages.remax import remax
 from ascent.algos.advantages.rloo import rloo
+from ascent.algos.advantages.sppo import sppo
 from ascent.algos.registry import Registry
 from ascent.algos.types import AdvantageInputs, Advantages
 
@@ -31,6 +33,8 @@ ADVANTAGE_ESTIMATORS: Registry = Registry(
         "remax": remax,
         "opo": opo,
         "gpg": gpg,
+        "prime": prime,
+        "sppo": sppo,
     },
 )
 
@@ -49,8 +53,10 @@ __all__ = [
     "grpo",
     "grpo_passk",
     "opo",
+    "prime",
     "reinforce_pp",
     "reinforce_pp_baseline",
     "remax",
     "rloo",
+    "sppo",
 ]

@@ -14,6 +14,7 @@ from ascent.algos.losses.gspo import gspo
 from ascent.algos.losses.kl_cov import kl_cov
 from ascent.algos.losses.ppo import ppo
 from ascent.algos.losses.reinforce import reinforce
+from ascent.algos.losses.sppo import sppo
 from ascent.algos.registry import Registry
 from ascent.algos.types import PolicyLossInputs, TokenLoss
 
@@ -27,6 +28,7 @@ POLICY_LOSSES: Registry = Registry(
         "kl_cov": kl_cov,
         "geo_mean": geo_mean,
         "cispo": cispo,
+        "sppo": sppo,
     },
 )
 
@@ -46,4 +48,5 @@ __all__ = [
     "kl_cov",
     "ppo",
     "reinforce",
+    "sppo",
 ]

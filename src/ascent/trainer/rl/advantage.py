@@ -64,6 +64,7 @@ class AdvantageStage:
             group_ids=batch.group_ids("uid"),
             values=batch.get("values"),
             baseline_scores=batch.get("baseline_scores"),
+            process_rewards=batch.get("process_rewards"),  # PRIME's implicit PRM
             # Multi-turn rows: a drifted episode's samples share one count in their group.
             sample_weights=episode_weights(batch) if "episode" in batch else None,
         )
@@ -108,7 +109,8 @@ def distribution(name: str, values: Tensor) -> dict[str, float]:
 def batch_metrics(batch: Batch) -> dict[str, float]:
     """verl's names: critic/score, critic/rewards, critic/advantages, critic/returns,
     critic/values, response_length (with clip_ratio), prompt_length, plus accuracy; with a
-    reward model, reward/function and reward/model (its distribution and truncated share)."""
+    reward model or a judge, reward/function and reward/model (its distribution and truncated
+    share) or reward/judge (its distribution)."""
     mask = batch["response_mask"].bool()
     lengths = response_lengths(batch)
     width = batch["responses"].shape[1]
@@ -129,6 +131,8 @@ def batch_metrics(batch: Batch) -> dict[str, float]:
     if "model_scores" in batch:
         metrics |= distribution("reward/model", batch["model_scores"])
         metrics["reward/model/truncated"] = float(batch["rm_truncated"].mean())
+    if "judge_scores" in batch:
+        metrics |= distribution("reward/judge", batch["judge_scores"])
     for key in batch.keys():  # noqa: SIM118 - iterating a Batch is an error, keys() is not
         if key.startswith("reward_extra/") and key != "reward_extra/acc":
             values = batch[key][~torch.isnan(batch[key])]

@@ -14,6 +14,7 @@ from ascent.algos.losses import POLICY_LOSSES
 from ascent.algos.types import AggregationMode
 from ascent.data.rl import RLDataConfig
 from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, Strict
+from ascent.rewards.judge import JudgeConfig
 from ascent.rewards.manager import RewardConfig
 from ascent.rollout.config import (
     ENGINE_HELP,
@@ -91,6 +92,25 @@ class CriticSettings(Strict):
     epochs_per_step: int = Field(1, ge=1, description="Passes over each step's batch.")
     tokens_per_micro_batch: int = Field(8192, ge=1, description="Token budget per forward.")
     warmup_steps: int = Field(0, ge=0, description="Steps that train only the critic.")
+
+
+class ImplicitPRMSettings(Strict):
+    """PRIME's implicit process reward model (algorithm prime): a causal LM, the policy's
+    checkpoint at the start, trained each step on the outcome labels (the function's acc)
+    with cross-entropy; its token rewards are beta * (lp_prm - lp_ref)."""
+
+    model: ModelConfig | None = Field(None, description="Checkpoint; None: the policy's.")
+    beta: float = Field(0.05, gt=0, description="beta of r = beta * (lp_prm - lp_ref).")
+    optim: OptimConfig = Field(OptimConfig(lr=1e-6), description="Optimiser (OptimConfig).")
+    fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
+    update: Literal["before", "after"] = Field(
+        "before",
+        description="before: train on the step's rollouts, then score them (the PRIME "
+        "recipe's default); after: score with the PRM as it was, then train.",
+    )
+    prompts_per_update: int | None = Field(None, ge=1, description="Prompts per optimiser step.")
+    epochs_per_step: int = Field(1, ge=1, description="Passes over each step's batch.")
+    tokens_per_micro_batch: int = Field(8192, ge=1, description="Token budget per forward.")
 
 
 class KLSettings(Strict):
@@ -201,12 +221,18 @@ class RLConfig(Strict):
     rollout: RolloutSettings = Field(RolloutSettings(), description="Generation (RolloutSettings).")
     actor: ActorSettings = Field(ActorSettings(), description="Policy update (ActorSettings).")
     critic: CriticSettings = Field(CriticSettings(), description="Value model (CriticSettings).")
+    implicit_prm: ImplicitPRMSettings = Field(
+        ImplicitPRMSettings(), description="PRIME's process reward model (ImplicitPRMSettings)."
+    )
     algorithm: AlgorithmSettings = Field(
         AlgorithmSettings(), description="Algorithm (AlgorithmSettings)."
     )
     reward: RewardConfig = Field(RewardConfig(), description="Scoring (RewardConfig).")
     reward_model: RewardModelSettings | None = Field(
         None, description="A reward model scoring responses (RewardModelSettings)."
+    )
+    judge: JudgeConfig | None = Field(
+        None, description="An LLM endpoint grading responses (JudgeConfig)."
     )
     trainer: RLTrainerSettings = Field(
         RLTrainerSettings(), description="The loop (RLTrainerSettings)."
@@ -228,6 +254,7 @@ class Plan:
     kl_coef: float
     kl_estimator: str
     critic: bool
+    implicit_prm: bool
     reference: bool
     recompute_log_probs: bool
     dynamic_sampling: bool
@@ -238,6 +265,7 @@ class Plan:
     samples_per_step: int
     actor_mini_batches: int
     critic_mini_batches: int
+    prm_mini_batches: int
 
     def describe(self, config: RLConfig) -> str:
         """The step plan, printed at start."""
@@ -246,6 +274,7 @@ class Plan:
         if self.kl_mode != "none":
             kl += f" ({self.kl_estimator}, coef {self.kl_coef})"
         roles = ["actor", "rollout"] + ["reference"] * self.reference + ["critic"] * self.critic
+        roles += ["implicit_prm"] * self.implicit_prm
         roles += ["reward_model"] * (config.reward_model is not None)
         extras = []
         if self.dynamic_sampling:
@@ -287,6 +316,12 @@ class Plan:
             lines.append(
                 f"  critic: {config.critic.epochs_per_step} epoch(s) x "
                 f"{self.critic_mini_batches} optimiser step(s)"
+            )
+        if self.implicit_prm:
+            p = config.implicit_prm
+            lines.append(
+                f"  implicit PRM: beta {p.beta}, trained {p.update} scoring, "
+                f"{p.epochs_per_step} epoch(s) x {self.prm_mini_batches} optimiser step(s)"
             )
         return "\n".join(lines)
 
@@ -339,11 +374,25 @@ def make_plan(config: RLConfig) -> Plan:
             "rank(s) (each generates an equal share of the prompts)"
         )
     _check_mode(config, dynamic, estimator)
+    if estimator == "prime" and config.rollout.samples_per_prompt < 2:
+        raise ValueError(
+            "algorithm prime needs rollout.samples_per_prompt >= 2 (leave-one-out baselines)"
+        )
     if config.rollout.agent is not None:
+        if estimator == "prime":
+            raise ValueError(
+                "the prime estimator cannot train on rollout.agent episodes yet (the implicit "
+                "PRM scores one response per prompt); use grpo or rloo"
+            )
         if config.reward_model is not None:
             raise ValueError(
                 "reward_model cannot score rollout.agent episodes yet (a turn's prompt is the "
                 "episode so far, in the policy's tokens); score episodes with reward.function"
+            )
+        if config.judge is not None:
+            raise ValueError(
+                "judge cannot grade rollout.agent episodes yet (it would grade each turn "
+                "alone, not the episode); score episodes with reward.function"
             )
         if not config.data.chat_template:
             raise ValueError(
@@ -367,7 +416,8 @@ def make_plan(config: RLConfig) -> Plan:
         else (preset.kl_coef if kl_mode != "none" else 0.0),
         kl_estimator=a.kl.estimator or preset.kl_estimator,
         critic=estimator == "gae",
-        reference=kl_mode != "none",
+        implicit_prm=estimator == "prime",
+        reference=kl_mode != "none" or estimator == "prime",  # the PRM's log-ratio needs it
         recompute_log_probs=config.actor.recompute_log_probs == "always"
         or kl_mode == "reward"
         or config.actor.epochs_per_step > 1
@@ -380,6 +430,7 @@ def make_plan(config: RLConfig) -> Plan:
         samples_per_step=samples,
         actor_mini_batches=mini_batches("actor", config.actor.prompts_per_update),
         critic_mini_batches=mini_batches("critic", config.critic.prompts_per_update),
+        prm_mini_batches=mini_batches("implicit_prm", config.implicit_prm.prompts_per_update),
     )
 
 

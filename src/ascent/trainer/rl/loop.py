@@ -8,12 +8,14 @@ from ascent.batch import Batch
 from ascent.trainer.dp_order import for_ranks
 from ascent.trainer.faults import StopRequest
 from ascent.trainer.rl.config import RLConfig
+from ascent.trainer.rl.process_rewards import implicit_prm_step
 from ascent.trainer.rl.run import RLRun
 
 
 def learn(run: RLRun, batch: Batch, step: int) -> tuple[Batch, dict[str, float]]:
     """One step's learning from its scored rollouts: old and reference log-probs, values,
-    advantages, the critic and actor updates, and the new weights into the generator."""
+    process rewards, advantages, the critic and actor updates, and the new weights into the
+    generator."""
     metrics: dict[str, float] = {}
     if run.plan.recompute_log_probs:  # else the update's first forward is lp_old
         with run.timer("old_log_prob"):
@@ -26,8 +28,14 @@ def learn(run: RLRun, batch: Batch, step: int) -> tuple[Batch, dict[str, float]]
     if run.critic is not None:
         with run.timer("values"):
             batch = batch.union(run.critic.values(batch))
+    if run.implicit_prm is not None:  # PRIME: the PRM learns, then scores every token
+        with run.timer("implicit_prm"):
+            batch, metrics = implicit_prm_step(
+                run.implicit_prm, batch, run.config.implicit_prm, run.plan.prm_mini_batches
+            )
     with run.timer("adv"):
-        batch, metrics = run.algorithm(batch, step)  # shaping, KL, advantages
+        batch, stage_metrics = run.algorithm(batch, step)  # shaping, KL, advantages
+    metrics |= stage_metrics
     # Each update's mini-batches hold the same rows whatever the number of ranks.
     if run.critic is not None:
         with run.timer("update_critic"):

@@ -1,18 +1,20 @@
 """A run's rewards: the function reward (``ascent.rewards.manager``) and, when configured, a
-reward model's score, combined by weights:
+reward model's score and a generative judge's (``ascent.rewards.judge``), combined by weights:
 
-    score[i] = reward.function_weight * function_score[i] + reward_model.weight * model_score[i]
+    score[i] = reward.function_weight * function_score[i]
+             + reward_model.weight * model_score[i] + judge.weight * judge_score[i]
 
 placed on the last response token like any outcome score. The function still runs at weight 0:
 its ``acc`` stays the accuracy that metrics, validation and dynamic sampling read (a rule
-checked on the side while the policy trains against a reward model). The batch keeps both
-parts, ``function_scores`` and ``model_scores`` (B,), which ``batch_metrics`` logs with the
-model scores' distribution.
+checked on the side while the policy trains against a reward model or a judge). The batch keeps
+the parts, ``function_scores``, ``model_scores`` and ``judge_scores`` (B,); the run logs their
+distributions, and the judge's failure counts (judge/*) with the function's (reward/*).
 
-The reward model reads each response as text: decoded with the policy's tokenizer (special
-tokens skipped, as the function reward reads it), appended as the assistant's message to
-the row's chat prompt (or, for raw-text prompts, to the prompt decoded as a user message),
-and rendered by the reward-model worker with its own tokenizer and template.
+The reward model and the judge read each response as text: decoded with the policy's tokenizer
+(special tokens skipped, as the function reward reads it), beside the row's chat prompt (or,
+for raw-text prompts, the prompt decoded as a user message). The reward model gets them as a
+conversation, rendered by its worker with its own tokenizer and template; the judge as the
+``{prompt}`` and ``{response}`` of its template (``prompt_text``).
 """
 
 from pydantic import Field
@@ -21,6 +23,7 @@ from ascent.batch import Batch
 from ascent.controller import WorkerGroup
 from ascent.engine import FSDPConfig, ModelConfig
 from ascent.engine.config import Strict
+from ascent.rewards.judge import Judge, prompt_text
 from ascent.rewards.manager import RewardManager, on_last_token, response_texts
 from ascent.trainer.settings import ResourcesConfig
 from ascent.workers.reward_model import RewardModelConfig
@@ -64,14 +67,16 @@ class RunRewards:
         settings: RewardModelSettings | None,
         tokenizer: object,
         model: WorkerGroup | None,
+        judge: Judge | None = None,
     ) -> None:
         self.function, self.function_weight = function, function.config.function_weight
         self.settings, self.tokenizer, self.model = settings, tokenizer, model
+        self.judge = judge
 
     def score(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
-        texts = response_texts(batch, self.tokenizer)  # decoded once for both scorers
+        texts = response_texts(batch, self.tokenizer)  # decoded once for every scorer
         batch, counts = self.function.score(batch, texts)
-        if self.model is None and self.function_weight == 1.0:
+        if self.model is None and self.judge is None and self.function_weight == 1.0:
             return batch, counts  # the function's scores as they are
         function_scores = batch["scores"]
         scores = self.function_weight * function_scores
@@ -80,6 +85,15 @@ class RunRewards:
             scored = self._model_scores(batch, texts)
             scores = scores + self.settings.weight * scored["rm_scores"]
             fields |= {"model_scores": scored["rm_scores"], "rm_truncated": scored["rm_truncated"]}
+        if self.judge is not None:
+            prompts = [
+                prompt_text(prompt_messages(batch, row, self.tokenizer))
+                for row in range(len(batch))
+            ]
+            graded = self.judge.grade(prompts, texts, batch["ground_truth"])
+            scores = scores + self.judge.config.weight * graded.scores
+            fields["judge_scores"] = graded.scores
+            counts |= graded.counts
         token_rewards = on_last_token(batch, scores)
         return batch.assign(scores=scores, token_rewards=token_rewards, **fields), counts
 
@@ -94,6 +108,18 @@ class RunRewards:
 
     def close(self) -> None:
         self.function.close()
+        if self.judge is not None:
+            self.judge.close()
+
+
+def prompt_messages(batch: Batch, row: int, tokenizer: object) -> list[dict]:
+    """Row ``row``'s prompt as chat messages: its own, or for a raw-text prompt
+    (data.chat_template=false) the prompt decoded as a user message."""
+    messages = batch["raw_prompt"][row]
+    if messages is None:
+        ids = batch["prompts"][row][batch["prompt_mask"][row].bool()].tolist()
+        messages = [{"role": "user", "content": tokenizer.decode(ids, skip_special_tokens=True)}]
+    return messages
 
 
 def reward_model_conversations(
@@ -101,12 +127,7 @@ def reward_model_conversations(
 ) -> list[list[dict]]:
     """Per row: the prompt's messages and the decoded response (``texts``) as the
     assistant's turn."""
-    conversations = []
-    for row, response in enumerate(texts):
-        messages = batch["raw_prompt"][row]
-        if messages is None:  # a raw-text prompt (data.chat_template=false)
-            ids = batch["prompts"][row][batch["prompt_mask"][row].bool()].tolist()
-            text = tokenizer.decode(ids, skip_special_tokens=True)
-            messages = [{"role": "user", "content": text}]
-        conversations.append([*messages, {"role": "assistant", "content": response}])
-    return conversations
+    return [
+        [*prompt_messages(batch, row, tokenizer), {"role": "assistant", "content": response}]
+        for row, response in enumerate(texts)
+    ]

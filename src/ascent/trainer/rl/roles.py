@@ -13,6 +13,8 @@ from ascent.workers import (
     ReferenceConfig,
     ReferenceWorker,
 )
+from ascent.workers.config import ImplicitPRMConfig
+from ascent.workers.implicit_prm import ImplicitPRMWorker
 from ascent.workers.reward_model import RewardModelWorker
 
 
@@ -58,6 +60,22 @@ def critic_config(config: RLConfig, plan: Plan) -> CriticConfig:
     )
 
 
+def implicit_prm_config(config: RLConfig, plan: Plan) -> ImplicitPRMConfig:
+    p = config.implicit_prm
+    # Like the critic: the policy's checkpoint and settings, all weights trained (no LoRA).
+    base = config.model.model_copy(update={"lora": None})
+    return ImplicitPRMConfig(
+        model=p.model or base,
+        optim=p.optim,
+        fsdp=p.fsdp,
+        beta=p.beta,
+        temperature=config.rollout.temperature,  # as the reference reads the same tokens
+        epochs=p.epochs_per_step,
+        mini_batches=plan.prm_mini_batches,
+        tokens_per_micro_batch=p.tokens_per_micro_batch,
+    )
+
+
 def reference_config(config: RLConfig) -> ReferenceConfig:
     model = config.model.model_copy(update={"lora": None, "gradient_checkpointing": False})
     return ReferenceConfig(
@@ -97,15 +115,17 @@ def rollout_config(config: RLConfig, colocated: bool) -> RolloutConfig:
 
 
 def spawn_roles(config: RLConfig, plan: Plan) -> dict[str, WorkerGroup]:
-    """actor (+ reference, critic, and the rollout and reward model when colocated) on the
-    main pool; the rollout and the reward model each on its own pool when its ``resources``
-    are set."""
+    """actor (+ reference, critic, implicit PRM, and the rollout and reward model when
+    colocated) on the main pool; the rollout and the reward model each on its own pool when
+    its ``resources`` are set."""
     colocated = config.rollout.resources is None
     roles = {"actor": Role(ActorWorker, args=(actor_config(config, plan),))}
     if plan.reference and config.model.lora is None:  # with LoRA the actor is its own reference
         roles["reference"] = Role(ReferenceWorker, args=(reference_config(config),))
     if plan.critic:
         roles["critic"] = Role(CriticWorker, args=(critic_config(config, plan),))
+    if plan.implicit_prm:
+        roles["implicit_prm"] = Role(ImplicitPRMWorker, args=(implicit_prm_config(config, plan),))
     if colocated:
         roles["rollout"] = Role(RolloutWorker, args=(rollout_config(config, True),))
     scorer = config.reward_model

@@ -23,6 +23,7 @@ from ascent.config import dump_config
 from ascent.controller import WorkerGroup
 from ascent.data.rl import PromptStream, load_rl_prompts, prompts_batch
 from ascent.models.loading import load_tokenizer
+from ascent.rewards.judge import Judge
 from ascent.rewards.manager import RewardManager
 from ascent.rollout import sync_weights
 from ascent.rollout.types import response_lengths, rollout_padding
@@ -43,6 +44,7 @@ CONSOLE = [
     "critic/score/mean",
     "critic/acc/mean",
     "reward/model/mean",
+    "reward/judge/mean",
     "actor/pg_loss",
     "actor/entropy",
     "actor/grad_norm",
@@ -90,6 +92,7 @@ class RLRun:
         per_epoch = max(1, len(train) // config.data.prompts_per_step)
         self.total_steps = cfg.total_steps or per_epoch * cfg.epochs
         function_rewards = RewardManager(config.reward, self.tokenizer)  # checked before spawning
+        judge = Judge(config.judge) if config.judge is not None else None  # its API key too
         self.algorithm = AdvantageStage(
             self.plan, config.algorithm.kl, config.rollout.max_response_length, cfg.seed
         )
@@ -98,8 +101,13 @@ class RLRun:
         self.groups = spawn_roles(config, self.plan)
         self.actor, self.rollout = self.groups["actor"], self.groups["rollout"]
         self.critic, self.reference = self.groups.get("critic"), self.groups.get("reference")
+        self.implicit_prm = self.groups.get("implicit_prm")
         self.rewards = RunRewards(
-            function_rewards, config.reward_model, self.tokenizer, self.groups.get("reward_model")
+            function_rewards,
+            config.reward_model,
+            self.tokenizer,
+            self.groups.get("reward_model"),
+            judge,
         )
         write_processes(self.run_dir / "processes.json", self.groups)
         if self.begin.records_up_to is not None:  # a lost attempt's later records go
@@ -248,8 +256,9 @@ class RLRun:
         self.version_offset = self.weight_version - engine_version
 
     def validate(self) -> dict[str, float]:
-        """Greedy answers to the validation prompts: val/<data_source>/acc and /score, and
-        the scorer's failures on them (val/reward/errors, timeouts, non_finite; when any)."""
+        """Greedy answers to the validation prompts: val/<data_source>/acc and /score (and
+        /model_score, /judge_score), and the scorers' failures on them (val/reward/errors,
+        timeouts, non_finite, val/judge/*; when any)."""
         if not self.val_prompts:
             return {}
         world = self.rollout.dp_size
@@ -276,6 +285,8 @@ class RLRun:
             metrics[f"val/{source}/score"] = float(scored["scores"][rows].mean())
             if "model_scores" in scored:
                 metrics[f"val/{source}/model_score"] = float(scored["model_scores"][rows].mean())
+            if "judge_scores" in scored:
+                metrics[f"val/{source}/judge_score"] = float(scored["judge_scores"][rows].mean())
         if "episode" in scored:
             metrics |= {f"val/{k}": v for k, v in agent_metrics(scored).items()}
         return metrics
@@ -321,6 +332,12 @@ class RLRun:
             pools["rollout"] = self.rollout
         return pools
 
+    @property
+    def trained_roles(self) -> dict[str, WorkerGroup]:
+        """The roles besides the actor whose weights train (saved and resumed with it)."""
+        roles = {"critic": self.critic, "implicit_prm": self.implicit_prm}
+        return {name: group for name, group in roles.items() if group is not None}
+
     def save(self, step: int) -> Path:
         """Every role's training state, every process's RNGs, the data position, the KL
         controller, counters and tracking ids, the config and the model's files."""
@@ -330,8 +347,8 @@ class RLRun:
 
         def write_parts(directory: Path) -> None:
             self.actor.save_checkpoint(str(directory / "actor"), with_optimizer)
-            if self.critic is not None:
-                self.critic.save_checkpoint(str(directory / "critic"), with_optimizer)
+            for name, group in self.trained_roles.items():
+                group.save_checkpoint(str(directory / name), with_optimizer)
             save_run_parts(
                 directory, self.process_pools, self.run_dir, self.config.model, self.tokenizer
             )
@@ -355,8 +372,8 @@ class RLRun:
         if checkpoint is None:
             return 0
         self.actor.load_checkpoint(str(checkpoint / "actor"))
-        if self.critic is not None:
-            self.critic.load_checkpoint(str(checkpoint / "critic"))
+        for name, group in self.trained_roles.items():
+            group.load_checkpoint(str(checkpoint / name))
         self.stream.load_state(state["data"])
         if self.algorithm.controller is not None and "kl_controller" in state:
             self.algorithm.controller.load_state_dict(state["kl_controller"])

@@ -1,0 +1,46 @@
+"""PRIME's step on the driver: the implicit PRM learns from the step's outcome labels and
+scores the step's responses token by token (``ascent.algos.implicit_prm``); the advantage
+stage then reads ``process_rewards`` (``ascent.algos.advantages.prime``).
+
+Labels are the outcome accuracies ``acc`` (B,) clamped to [0, 1]: what the function reward
+calls correct. With ``implicit_prm.update=before`` (the default) the PRM trains on the
+step's rollouts and then scores them; with ``after`` it scores first.
+
+Logged, to show the process rewards carry signal: ``prm/*`` from its update (loss,
+accuracy: the share of responses whose summed reward has the label's sign), the token
+rewards' distribution ``prime/token_reward/*``, and the mean summed reward of correct and of
+incorrect responses, ``prime/sequence_reward/{correct,incorrect}``.
+"""
+
+from ascent.algos.implicit_prm import implicit_process_rewards
+from ascent.batch import Batch
+from ascent.controller import WorkerGroup
+from ascent.trainer.dp_order import for_ranks
+from ascent.trainer.rl.advantage import distribution
+from ascent.trainer.rl.config import ImplicitPRMSettings
+
+
+def implicit_prm_step(
+    prm: WorkerGroup, batch: Batch, settings: ImplicitPRMSettings, mini_batches: int
+) -> tuple[Batch, dict[str, float]]:
+    """``batch`` (with ``ref_log_probs``) plus ``process_rewards`` (B, R); the metrics."""
+    labels = batch["acc"].float().clamp(0.0, 1.0)
+    batch = batch.assign(prm_labels=labels)
+    metrics: dict[str, float] = {}
+
+    def update() -> None:
+        metrics.update(prm.update(for_ranks(batch, prm.dp_size, mini_batches))[0])
+
+    if settings.update == "before":
+        update()
+    log_probs = prm.log_probs(batch)["prm_log_probs"]
+    if settings.update == "after":
+        update()
+    mask = batch["response_mask"].bool()
+    rewards = implicit_process_rewards(log_probs, batch["ref_log_probs"], mask, settings.beta)
+    metrics |= distribution("prime/token_reward", rewards[mask])
+    sums = rewards.sum(-1)
+    for name, rows in (("correct", labels > 0.5), ("incorrect", labels <= 0.5)):
+        if bool(rows.any()):
+            metrics[f"prime/sequence_reward/{name}"] = float(sums[rows].mean())
+    return batch.assign(process_rewards=rewards), metrics

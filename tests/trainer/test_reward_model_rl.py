@@ -1,8 +1,9 @@
 """Model rewards end to end: ``ascent rm`` trains a reward model on pairs that follow a hidden
 rule (the larger share of digits wins) to >= 90% held-out pairwise accuracy; PPO against it
-raises the rule's true satisfaction on held-out prompts on three seeds; the reward combines
-the function's and the model's scores by their weights, the model scoring the conversation
-as transformers does; and the reward model runs on devices of its own."""
+raises the rule's true satisfaction on held-out prompts on three seeds, and so does SPPO with
+the reward model as its preference model; the reward combines the function's and the model's
+scores by their weights, the model scoring the conversation as transformers does; and the
+reward model runs on devices of its own."""
 
 import json
 from pathlib import Path
@@ -94,6 +95,30 @@ def test_ppo_against_the_reward_model_raises_the_rules_satisfaction(
     assert after["val/digits/acc"] > before["val/digits/acc"] + 0.5, result["validation"]
     assert after["val/digits/model_score"] > before["val/digits/model_score"]
     assert metric(tmp_path, "reward/model/p90")[-1] >= metric(tmp_path, "reward/model/p10")[-1]
+
+
+@pytest.mark.learning
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sppo_with_the_reward_model_as_preference_model_raises_the_rules_satisfaction(
+    tiny_model, digits, reward_model, tmp_path, seed
+):
+    """SPPO's win rates from the reward model's Bradley-Terry probabilities,
+    sigmoid(r_i - r_j) (temperature 1), within each group."""
+    result = train_rl(
+        rl_config(
+            tiny_model,
+            digits,
+            tmp_path,
+            reward_model,
+            "algorithm.name=sppo",
+            "trainer.total_steps=30",
+            "trainer.val_every=30",
+            "trainer.val_at_start=true",
+            f"trainer.seed={seed}",
+        )
+    )
+    (_, before), (_, after) = result["validation"]
+    assert after["val/digits/acc"] > before["val/digits/acc"] + 0.5, result["validation"]
 
 
 def test_the_reward_combines_the_function_and_the_model_by_weight(

@@ -13,15 +13,15 @@ from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
 from ascent.engine import PolicyModule, TrainEngine
 from ascent.engine.weights import buckets
-from ascent.models.loading import load_causal_lm
 from ascent.models.lora import apply_lora
 from ascent.workers.common import (
     EngineCheckpoints,
     gather_full_weights,
-    micro_batched,
+    load_policy_model,
     policy_forward,
     require,
     response_length,
+    response_log_probs,
     train,
 )
 from ascent.workers.config import ActorConfig
@@ -36,11 +36,7 @@ class ActorWorker(EngineCheckpoints, Worker):
         self.config = ActorConfig.model_validate(config)
         model_cfg = self.config.model
         self.packed = model_cfg.packed
-        model = load_causal_lm(
-            model_cfg.path,
-            trust_remote_code=model_cfg.trust_remote_code,
-            attn_implementation=model_cfg.attn_implementation,
-        )
+        model = load_policy_model(model_cfg)
         if model_cfg.lora is not None:
             model = apply_lora(model, model_cfg.lora)
         self.engine = TrainEngine(
@@ -69,15 +65,8 @@ class ActorWorker(EngineCheckpoints, Worker):
 
     def _log_probs(self, batch: Batch, name: str, with_entropy: bool = True) -> Batch:
         require(batch, "actor", *TOKENS)
-        self.engine.train(False)
-        log_probs, entropy = micro_batched(
-            lambda micro: policy_forward(
-                self.engine.module, micro, self.device, self.config.temperature, self.packed
-            ),
-            batch,
-            self.config.tokens_per_micro_batch,
-            self.device,
-            not self.packed,
+        log_probs, entropy = response_log_probs(
+            self.engine, batch, self.device, self.config, self.packed
         )
         fields = {name: log_probs, "entropy": entropy} if with_entropy else {name: log_probs}
         return Batch.from_dict(fields)

@@ -8,6 +8,7 @@ prompt then response; ``responses`` (B, R) are the last R columns; per-token tra
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -15,11 +16,13 @@ from torch import Tensor, nn
 from ascent.algos import LossNormalizer
 from ascent.batch import Batch
 from ascent.controller import Dispatch, register
+from ascent.engine.config import ModelConfig
 from ascent.engine.export import export_hf
 from ascent.engine.fsdp import TrainEngine
 from ascent.engine.packing import PackedSequences, pack_for_responses
 from ascent.engine.state import load_engine, save_engine
 from ascent.engine.token_budget import synchronized_micro_batches
+from ascent.models.loading import load_causal_lm
 from ascent.workers.config import MicroBatching
 from ascent.workers.metrics import MetricAccumulator
 
@@ -72,6 +75,32 @@ def value_forward(module: nn.Module, batch: Batch, device: torch.device, packed:
         attention_mask=inputs.attention_mask,
     )
     return inputs.unpack(values)
+
+
+def load_policy_model(model_cfg: ModelConfig) -> nn.Module:
+    """The causal LM of a policy-shaped role (actor, reference, implicit PRM)."""
+    return load_causal_lm(
+        model_cfg.path,
+        trust_remote_code=model_cfg.trust_remote_code,
+        attn_implementation=model_cfg.attn_implementation,
+    )
+
+
+def response_log_probs(
+    engine: TrainEngine, batch: Batch, device: torch.device, settings: Any, packed: bool
+) -> tuple[Tensor, Tensor]:
+    """Log-probs and entropy (B, R) of ``batch``'s responses under ``engine``'s policy
+    module, in eval mode, over micro-batches of ``settings.tokens_per_micro_batch`` tokens,
+    at the rollout's ``settings.temperature``."""
+    engine.train(False)
+    log_probs, entropy = micro_batched(
+        lambda micro: policy_forward(engine.module, micro, device, settings.temperature, packed),
+        batch,
+        settings.tokens_per_micro_batch,
+        device,
+        not packed,
+    )
+    return log_probs, entropy
 
 
 @torch.no_grad()

@@ -9,13 +9,13 @@ from ascent.algos.implicit_prm import implicit_prm_loss
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
 from ascent.engine import PolicyModule, TrainEngine
-from ascent.models.loading import load_causal_lm
 from ascent.workers.common import (
     EngineCheckpoints,
-    micro_batched,
+    load_policy_model,
     policy_forward,
     require,
     response_length,
+    response_log_probs,
     train,
 )
 from ascent.workers.config import ImplicitPRMConfig
@@ -30,11 +30,7 @@ class ImplicitPRMWorker(EngineCheckpoints, Worker):
         self.config = ImplicitPRMConfig.model_validate(config)
         model_cfg = self.config.model
         self.packed = model_cfg.packed
-        model = load_causal_lm(
-            model_cfg.path,
-            trust_remote_code=model_cfg.trust_remote_code,
-            attn_implementation=model_cfg.attn_implementation,
-        )
+        model = load_policy_model(model_cfg)
         self.engine = TrainEngine(
             PolicyModule(model, chunk_tokens=self.config.chunk_tokens),
             device=self.device,
@@ -47,16 +43,7 @@ class ImplicitPRMWorker(EngineCheckpoints, Worker):
     def log_probs(self, batch: Batch) -> Batch:
         """``prm_log_probs`` (B, R): log pi_phi of the response tokens."""
         require(batch, "implicit_prm", *TOKENS)
-        self.engine.train(False)
-        (log_probs, _) = micro_batched(
-            lambda micro: policy_forward(
-                self.engine.module, micro, self.device, self.config.temperature, self.packed
-            ),
-            batch,
-            self.config.tokens_per_micro_batch,
-            self.device,
-            not self.packed,
-        )
+        log_probs, _ = response_log_probs(self.engine, batch, self.device, self.config, self.packed)
         return Batch.from_dict({"prm_log_probs": log_probs})
 
     @register(Dispatch.DP)

@@ -15,14 +15,16 @@ default. Every piece stays overridable in the config (``algorithm.estimator``, .
 | opo | opo | ppo | token-mean | none | |
 | gpg | gpg | reinforce | token-mean | none | |
 | vapo | gae, VAPO lambdas (1) | ppo, clip 0.2 / 0.28 | token-mean | none | critic |
-| prime | prime (2) | ppo | token-mean | none | implicit PRM, reference |
+| prime | prime (2) | ppo | token-mean | none | implicit PRM, reference, dynamic sampling |
 | sppo | sppo (3) | sppo | seq-mean-token-mean (fixed by the loss) | none | |
 
 (1) critic lam 1, actor lam 1 - 1 / (0.05 |y|). VAPO here is its advantage estimation and
 clipping; its value pretraining and positive-example LM loss are not part of the preset.
 (2) leave-one-out outcome and implicit-PRM process rewards, whitened returns; the PRM
-(``implicit_prm.*``) trains each step. PRIME's accuracy filter of prompts is not part of the
-preset (``algorithm.dynamic_sampling=true`` drops the groups whose answers all agree).
+(``implicit_prm.*``) trains each step. Dynamic sampling stands for PRIME's online prompt
+filter (it keeps the groups whose answers are neither all right nor all wrong): on mostly
+wrong batches the PRM's cross-entropy lowers the likelihood of every sampled answer, right
+ones included, and the policy learns to chase what it displaced (measured in bench/README.md).
 (3) eta * (win rate in the group - 1/2), preferences Bradley-Terry over the reward's scores
 (a reward model's, a judge's or a function's; ``estimator_params.temperature``, 0: a hard
 rule); the loss regresses each sequence's log-ratio onto it.
@@ -61,7 +63,8 @@ PRESETS: dict[str, Preset] = {
     "remax": Preset("remax"),  # the greedy baseline rollout follows from the estimator
     "opo": Preset("opo"),
     "gpg": Preset("gpg", loss="reinforce"),
-    "prime": Preset("prime"),  # the implicit PRM and the reference follow from the estimator
+    # The implicit PRM and the reference follow from the estimator.
+    "prime": Preset("prime", dynamic_sampling=True),
     "sppo": Preset("sppo", loss="sppo", aggregation="seq-mean-token-mean"),
     "vapo": Preset(
         "gae",

@@ -6,11 +6,16 @@ Labels are the outcome accuracies ``acc`` (B,) clamped to [0, 1]: what the funct
 calls correct. With ``implicit_prm.update=before`` (the default) the PRM trains on the
 step's rollouts and then scores them; with ``after`` it scores first.
 
-Logged, to show the process rewards carry signal: ``prm/*`` from its update (loss,
-accuracy: the share of responses whose summed reward has the label's sign), the token
-rewards' distribution ``prime/token_reward/*``, and the mean summed reward of correct and of
-incorrect responses, ``prime/sequence_reward/{correct,incorrect}``.
+Logged, to show whether the process rewards carry signal: ``prm/*`` from its update (loss;
+accuracy, the share of responses whose summed reward has the label's sign, measured before
+the update's step, so on responses the PRM has not learned from), the token rewards'
+distribution ``prime/token_reward/*``, the mean summed reward of correct and of incorrect
+responses ``prime/sequence_reward/{correct,incorrect}``, and ``prime/pairwise_accuracy``:
+over the pairs of a correct and an incorrect response to the same prompt, the share whose
+correct one has the larger summed reward (a tie counts 1/2), as the advantage sees them.
 """
+
+from torch import Tensor
 
 from ascent.algos.implicit_prm import implicit_process_rewards
 from ascent.batch import Batch
@@ -43,4 +48,19 @@ def implicit_prm_step(
     for name, rows in (("correct", labels > 0.5), ("incorrect", labels <= 0.5)):
         if bool(rows.any()):
             metrics[f"prime/sequence_reward/{name}"] = float(sums[rows].mean())
+    ordered = pairwise_accuracy(sums, labels > 0.5, batch.group_ids("uid"))
+    if ordered is not None:
+        metrics["prime/pairwise_accuracy"] = ordered
     return batch.assign(process_rewards=rewards), metrics
+
+
+def pairwise_accuracy(rewards: Tensor, correct: Tensor, group_ids: Tensor) -> float | None:
+    """Over the (correct, incorrect) pairs within each group: the share where the correct
+    one's reward is larger (ties 1/2); None when no group has both."""
+    same = group_ids.unsqueeze(0) == group_ids.unsqueeze(1)
+    pairs = same & correct.unsqueeze(1) & ~correct.unsqueeze(0)  # [i, j]: i right, j wrong
+    if not bool(pairs.any()):
+        return None
+    gap = rewards.unsqueeze(1) - rewards.unsqueeze(0)
+    wins = (gap > 0).float() + 0.5 * (gap == 0).float()
+    return float(wins[pairs].mean())

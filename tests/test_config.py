@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from ascent.config import ConfigError, dump_config, load_config, parse_overrides
-from ascent.trainer.rl.config import RLConfig, make_plan
+from ascent.trainer.rl.config import RLConfig
+from ascent.trainer.rl.plan import make_plan
 from ascent.trainer.rm import RMConfig
 from ascent.trainer.sft import SFTConfig
 

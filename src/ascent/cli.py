@@ -157,8 +157,9 @@ def _quickstart(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ascent.trainer.rl.config import RLConfig, make_plan
+    from ascent.trainer.rl.config import RLConfig
     from ascent.trainer.rl.loop import train_rl
+    from ascent.trainer.rl.plan import make_plan
     from ascent.trainer.run_dir import CannotStart
 
     overrides = list(args.overrides)

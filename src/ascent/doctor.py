@@ -71,7 +71,8 @@ def check_devices(resources: Any | None) -> list[Check]:
 
 def check_config(path: str, overrides: list[str]) -> tuple[list[Check], Any | None]:
     """The config validates as RL (with a resolvable plan) or, failing that, as SFT."""
-    from ascent.trainer.rl.config import RLConfig, make_plan
+    from ascent.trainer.rl.config import RLConfig
+    from ascent.trainer.rl.plan import make_plan
     from ascent.trainer.sft import SFTConfig
 
     try:

@@ -20,8 +20,9 @@ from ascent.config import load_config
 from ascent.models import load_tokenizer
 from ascent.rewards.judge import Judge, JudgeConfig, JudgeUnreachable, prompt_text
 from ascent.rollout.server_process import ServerProcess, free_port
-from ascent.trainer.rl.config import RLConfig, make_plan
+from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.loop import train_rl
+from ascent.trainer.rl.plan import make_plan
 from tests.trainer.rl_setup import config, metric
 
 # Braces that are not placeholders stay as written.
@@ -39,6 +40,9 @@ class GradingServer(ThreadingHTTPServer):
     reply without a grade. Records every request and the most requests in flight at once."""
 
     daemon_threads, block_on_close = True, False
+    # socketserver's listen backlog is 5: a judge with 32 requests in flight would see
+    # connections reset on a busy machine (the judge counts them; this test wants none).
+    request_queue_size = 128
 
     def __init__(self, delay: float = 0.0) -> None:
         super().__init__(("127.0.0.1", 0), GradingHandler)

@@ -6,7 +6,8 @@ import pytest
 from ascent.algos.advantages import ADVANTAGE_ESTIMATORS
 from ascent.algos.losses import POLICY_LOSSES
 from ascent.config import ConfigError, load_config
-from ascent.trainer.rl.config import RLConfig, make_plan
+from ascent.trainer.rl.config import RLConfig
+from ascent.trainer.rl.plan import make_plan
 from ascent.trainer.rl.presets import PRESETS
 
 BASE = ["model.path=/m", "data.train_files=[t.parquet]"]

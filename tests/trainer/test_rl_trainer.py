@@ -12,8 +12,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from ascent.config import load_config
-from ascent.trainer.rl.config import RLConfig, make_plan
+from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.loop import train_rl
+from ascent.trainer.rl.plan import make_plan
 from ascent.trainer.rl.presets import PRESETS
 from tests.rewards.scorers import digit_share
 from tests.trainer.rl_setup import config, metric

@@ -16,7 +16,8 @@ from ascent.algos.overlong import overlong_penalty
 from ascent.algos.pf_ppo import pf_ppo_resample
 from ascent.batch import Batch
 from ascent.rollout.types import response_lengths
-from ascent.trainer.rl.config import KLSettings, Plan
+from ascent.trainer.rl.config import KLSettings
+from ascent.trainer.rl.plan import Plan
 
 
 class AdvantageStage:

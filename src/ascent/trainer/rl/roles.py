@@ -3,7 +3,8 @@
 from ascent.controller import Role, WorkerGroup, spawn_groups
 from ascent.rollout import RolloutConfig, RolloutWorker
 from ascent.rollout.types import SamplingParams
-from ascent.trainer.rl.config import Plan, RLConfig
+from ascent.trainer.rl.config import RLConfig
+from ascent.trainer.rl.plan import Plan
 from ascent.workers import (
     ActorConfig,
     ActorWorker,

@@ -33,7 +33,8 @@ from ascent.trainer.checkpoints import Checkpoints
 from ascent.trainer.faults import NonFiniteGuard
 from ascent.trainer.rl.advantage import AdvantageStage
 from ascent.trainer.rl.ahead import RolloutsAhead, staleness_metrics, step_seed
-from ascent.trainer.rl.config import RLConfig, make_plan
+from ascent.trainer.rl.config import RLConfig
+from ascent.trainer.rl.plan import make_plan
 from ascent.trainer.rl.rewards import RunRewards
 from ascent.trainer.rl.roles import spawn_roles
 from ascent.trainer.run_dir import CannotStart, start_run

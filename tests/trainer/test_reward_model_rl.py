@@ -71,19 +71,15 @@ def rl_config(tiny_model, digits, run_dir, reward_model, *overrides):
     )
 
 
-@pytest.mark.learning
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_ppo_against_the_reward_model_raises_the_rules_satisfaction(
-    tiny_model, digits, reward_model, tmp_path, seed
-):
+def validated_run(tiny_model, digits, reward_model, run_dir, seed, *overrides):
+    """30 steps against the reward model; the validation metrics before and after."""
     result = train_rl(
         rl_config(
             tiny_model,
             digits,
-            tmp_path,
+            run_dir,
             reward_model,
-            "algorithm.name=ppo",
-            "critic.optim.lr=1e-3",
+            *overrides,
             "trainer.total_steps=30",
             "trainer.val_every=30",
             "trainer.val_at_start=true",
@@ -91,8 +87,18 @@ def test_ppo_against_the_reward_model_raises_the_rules_satisfaction(
         )
     )
     (_, before), (_, after) = result["validation"]
+    return before, after
+
+
+@pytest.mark.learning
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppo_against_the_reward_model_raises_the_rules_satisfaction(
+    tiny_model, digits, reward_model, tmp_path, seed
+):
+    ppo = ("algorithm.name=ppo", "critic.optim.lr=1e-3")
+    before, after = validated_run(tiny_model, digits, reward_model, tmp_path, seed, *ppo)
     # val/digits/acc: the true digit share of greedy answers to held-out prompts
-    assert after["val/digits/acc"] > before["val/digits/acc"] + 0.5, result["validation"]
+    assert after["val/digits/acc"] > before["val/digits/acc"] + 0.5, (before, after)
     assert after["val/digits/model_score"] > before["val/digits/model_score"]
     assert metric(tmp_path, "reward/model/p90")[-1] >= metric(tmp_path, "reward/model/p10")[-1]
 
@@ -104,21 +110,10 @@ def test_sppo_with_the_reward_model_as_preference_model_raises_the_rules_satisfa
 ):
     """SPPO's win rates from the reward model's Bradley-Terry probabilities,
     sigmoid(r_i - r_j) (temperature 1), within each group."""
-    result = train_rl(
-        rl_config(
-            tiny_model,
-            digits,
-            tmp_path,
-            reward_model,
-            "algorithm.name=sppo",
-            "trainer.total_steps=30",
-            "trainer.val_every=30",
-            "trainer.val_at_start=true",
-            f"trainer.seed={seed}",
-        )
+    before, after = validated_run(
+        tiny_model, digits, reward_model, tmp_path, seed, "algorithm.name=sppo"
     )
-    (_, before), (_, after) = result["validation"]
-    assert after["val/digits/acc"] > before["val/digits/acc"] + 0.5, result["validation"]
+    assert after["val/digits/acc"] > before["val/digits/acc"] + 0.5, (before, after)
 
 
 def test_the_reward_combines_the_function_and_the_model_by_weight(

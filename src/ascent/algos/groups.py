@@ -71,3 +71,38 @@ def group_reduce(values: Tensor, index: Tensor, num_groups: int, reduce: str) ->
 def broadcast_to_tokens(per_sequence: Tensor, response_mask: Tensor) -> Tensor:
     """(B,) -> (B, T): the sequence value on every valid token, zero elsewhere."""
     return keep_valid(per_sequence.unsqueeze(-1).expand_as(response_mask), response_mask)
+
+
+@dataclass(frozen=True)
+class GroupTable:
+    """Samples laid out by group, for comparisons within groups in O(B * N) memory, not
+    O(B^2): row g of a (G, N) table holds group g's members in batch order, N the largest
+    group's size; ``valid`` (G, N) marks the filled cells."""
+
+    index: Tensor  # (B,) each sample's group, 0..G-1
+    slot: Tensor  # (B,) its column
+    valid: Tensor  # (G, N) bool
+
+    def table(self, values: Tensor) -> Tensor:
+        """(B,) -> (G, N), zero in the cells no sample fills."""
+        out = values.new_zeros(self.valid.shape)
+        out[self.index, self.slot] = values
+        return out
+
+    def samples(self, table: Tensor) -> Tensor:
+        """(G, N) -> (B,): each sample's cell."""
+        return table[self.index, self.slot]
+
+
+def group_table(group_ids: Tensor) -> GroupTable:
+    """The layout of ``group_ids`` (B,) as a GroupTable."""
+    index, num_groups = dense_group_index(group_ids)
+    counts = torch.bincount(index, minlength=num_groups)
+    order = torch.argsort(index, stable=True)
+    starts = counts.cumsum(0) - counts
+    slot = torch.empty_like(index)
+    slot[order] = torch.arange(len(index), device=index.device) - starts[index[order]]
+    width = int(counts.max()) if len(index) else 0
+    valid = torch.zeros(num_groups, width, dtype=torch.bool, device=index.device)
+    valid[index, slot] = True
+    return GroupTable(index=index, slot=slot, valid=valid)

@@ -22,6 +22,36 @@ def _local_dir(path: str | Path) -> Path:
     return directory
 
 
+def _from_pretrained(
+    auto_class: type,
+    directory: Path,
+    config: object | None,
+    dtype: torch.dtype,
+    trust_remote_code: bool,
+    attn_implementation: str,
+) -> nn.Module:
+    """``auto_class.from_pretrained`` on a local directory (``config``: an edited one, or
+    None for the checkpoint's own)."""
+    extra = {} if config is None else {"config": config}
+    return auto_class.from_pretrained(
+        directory,
+        dtype=dtype,
+        trust_remote_code=trust_remote_code,
+        attn_implementation=attn_implementation,
+        local_files_only=True,
+        **extra,
+    )
+
+
+def _checkpoint_config(directory: Path, trust_remote_code: bool) -> object:
+    """The checkpoint's own config (to edit before loading)."""
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(
+        directory, trust_remote_code=trust_remote_code, local_files_only=True
+    )
+
+
 def load_causal_lm(
     path: str | Path,
     *,
@@ -32,12 +62,8 @@ def load_causal_lm(
     """An ``AutoModelForCausalLM`` from ``path``, on the CPU, in ``dtype``."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(
-        _local_dir(path),
-        dtype=dtype,
-        trust_remote_code=trust_remote_code,
-        attn_implementation=attn_implementation,
-        local_files_only=True,
+    return _from_pretrained(
+        AutoModelForCausalLM, _local_dir(path), None, dtype, trust_remote_code, attn_implementation
     )
 
 
@@ -61,21 +87,19 @@ def load_value_model(
     Loaded as ``AutoModelForTokenClassification`` with one label, so a causal-LM checkpoint
     gives its backbone and a freshly initialised value head; dropout on the head is off.
     """
-    from transformers import AutoConfig, AutoModelForTokenClassification
+    from transformers import AutoModelForTokenClassification
 
     directory = _local_dir(path)
-    config = AutoConfig.from_pretrained(
-        directory, trust_remote_code=trust_remote_code, local_files_only=True
-    )
+    config = _checkpoint_config(directory, trust_remote_code)
     config.num_labels = 1
     config.classifier_dropout = 0.0
-    return AutoModelForTokenClassification.from_pretrained(
+    return _from_pretrained(
+        AutoModelForTokenClassification,
         directory,
-        config=config,
-        dtype=dtype,
-        trust_remote_code=trust_remote_code,
-        attn_implementation=attn_implementation,
-        local_files_only=True,
+        config,
+        dtype,
+        trust_remote_code,
+        attn_implementation,
     )
 
 
@@ -91,12 +115,10 @@ def load_sequence_classifier(
     model's checkpoint or from a causal LM's (its backbone, and a freshly initialised score
     head). ``pad_token_id`` is written into the config when it has none: transformers pools
     a decoder's score at the last token that is not padding, and needs the id to find it."""
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification
 
     directory = _local_dir(path)
-    config = AutoConfig.from_pretrained(
-        directory, trust_remote_code=trust_remote_code, local_files_only=True
-    )
+    config = _checkpoint_config(directory, trust_remote_code)
     classifier = any(a.endswith("ForSequenceClassification") for a in config.architectures or [])
     if classifier and config.num_labels != 1:
         raise ValueError(
@@ -106,13 +128,13 @@ def load_sequence_classifier(
     config.num_labels = 1
     if getattr(config.get_text_config(), "pad_token_id", None) is None:
         config.get_text_config().pad_token_id = pad_token_id
-    return AutoModelForSequenceClassification.from_pretrained(
+    return _from_pretrained(
+        AutoModelForSequenceClassification,
         directory,
-        config=config,
-        dtype=dtype,
-        trust_remote_code=trust_remote_code,
-        attn_implementation=attn_implementation,
-        local_files_only=True,
+        config,
+        dtype,
+        trust_remote_code,
+        attn_implementation,
     )
 
 

@@ -19,23 +19,25 @@ sequence's log-ratio onto it. A singleton group has no opponent: P_i = 1/2, a_i 
 
 import torch
 
-from ascent.algos.groups import broadcast_to_tokens, dense_group_index, sequence_scores
+from ascent.algos.groups import broadcast_to_tokens, group_table, sequence_scores
 from ascent.algos.types import AdvantageInputs, Advantages
 
 
 def win_rates(scores: torch.Tensor, group_ids: torch.Tensor, temperature: float) -> torch.Tensor:
     """(B,) P_i: the mean preference of each response over the others of its group."""
-    index, _ = dense_group_index(group_ids)
-    same = index.unsqueeze(0) == index.unsqueeze(1)
-    others = same & ~torch.eye(len(scores), dtype=torch.bool)
-    gap = scores.unsqueeze(1) - scores.unsqueeze(0)  # [i, j] = s_i - s_j
+    layout = group_table(group_ids)
+    table, valid = layout.table(scores), layout.valid
+    gap = table.unsqueeze(2) - table.unsqueeze(1)  # [g, i, j] = s_i - s_j
     if temperature > 0:
         preference = torch.sigmoid(gap / temperature)
     else:
         preference = (gap > 0).to(scores) + 0.5 * (gap == 0).to(scores)
+    others = valid.unsqueeze(2) & valid.unsqueeze(1)
+    others &= ~torch.eye(valid.shape[1], dtype=torch.bool, device=valid.device)
     count = others.sum(-1)
     wins = (preference * others).sum(-1)
-    return torch.where(count > 0, wins / count.clamp(min=1), torch.full_like(wins, 0.5))
+    rates = torch.where(count > 0, wins / count.clamp(min=1), torch.full_like(wins, 0.5))
+    return layout.samples(rates)
 
 
 @torch.no_grad()

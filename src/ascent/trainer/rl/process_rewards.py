@@ -17,6 +17,7 @@ correct one has the larger summed reward (a tie counts 1/2), as the advantage se
 
 from torch import Tensor
 
+from ascent.algos.groups import group_table
 from ascent.algos.implicit_prm import implicit_process_rewards
 from ascent.batch import Batch
 from ascent.controller import WorkerGroup
@@ -57,10 +58,12 @@ def implicit_prm_step(
 def pairwise_accuracy(rewards: Tensor, correct: Tensor, group_ids: Tensor) -> float | None:
     """Over the (correct, incorrect) pairs within each group: the share where the correct
     one's reward is larger (ties 1/2); None when no group has both."""
-    same = group_ids.unsqueeze(0) == group_ids.unsqueeze(1)
-    pairs = same & correct.unsqueeze(1) & ~correct.unsqueeze(0)  # [i, j]: i right, j wrong
+    layout = group_table(group_ids)
+    table, right = layout.table(rewards), layout.table(correct) & layout.valid
+    wrong = layout.valid & ~right
+    pairs = right.unsqueeze(2) & wrong.unsqueeze(1)  # [g, i, j]: i right, j wrong
     if not bool(pairs.any()):
         return None
-    gap = rewards.unsqueeze(1) - rewards.unsqueeze(0)
+    gap = table.unsqueeze(2) - table.unsqueeze(1)
     wins = (gap > 0).float() + 0.5 * (gap == 0).float()
     return float(wins[pairs].mean())

@@ -193,3 +193,11 @@ def test_missing_input_names_the_field():
         compute_advantages("gae", inputs)
     with pytest.raises(ValueError, match=r"remax.*baseline_scores"):
         compute_advantages("remax", inputs)
+
+
+def test_sppo_refuses_a_negative_temperature():
+    inputs = AdvantageInputs(
+        token_rewards=torch.ones(2, 2), response_mask=torch.ones(2, 2), group_ids=torch.zeros(2)
+    )
+    with pytest.raises(ValueError, match=r"sppo: temperature=-1.*>= 0"):
+        compute_advantages("sppo", inputs, temperature=-1.0)

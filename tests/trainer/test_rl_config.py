@@ -155,3 +155,12 @@ def test_a_reward_model_on_its_own_devices_is_counted_in_the_demand():
 def test_a_reward_model_cannot_score_agent_episodes_yet():
     with pytest.raises(ValueError, match=r"reward_model cannot score rollout\.agent episodes"):
         plan_for("reward_model.model.path=/rm", "rollout.agent.max_turns=2")
+
+
+def test_prime_is_refused_where_its_baselines_or_prm_cannot_work():
+    with pytest.raises(ValueError, match=r"prime needs rollout\.samples_per_prompt >= 2"):
+        plan_for("algorithm.name=prime", "rollout.samples_per_prompt=1")
+    with pytest.raises(ValueError, match=r"prime estimator cannot train on rollout\.agent"):
+        plan_for("algorithm.name=prime", "rollout.agent.max_turns=2")
+    _, plan = plan_for("algorithm.name=prime")
+    assert plan.implicit_prm and plan.reference and plan.dynamic_sampling

@@ -102,6 +102,16 @@ def test_a_death_is_reported_while_another_rank_waits_for_it_in_a_collective(loc
         kill_rank_while_running(group, future, rank=1)
 
 
+def test_a_death_is_reported_before_the_error_it_caused_on_a_peer(local_ray):
+    """Rank 0's collective fails before Ray has noticed that rank 1 died: the death, not the
+    peer's "connection closed", is what the driver reports."""
+    with spawn_group(CollectiveWorker, TWO, role="actor", backend="ray") as group:
+        victim = group.infos[1].pid
+        with pytest.raises(WorkerDied) as caught:
+            group.raise_or_exit([0.0, 0.5])
+        assert (caught.value.rank, caught.value.pid) == (1, victim)
+
+
 def test_a_stuck_call_times_out_with_the_stuck_ranks_stacks(local_ray):
     with spawn_group(EchoWorker, TWO, role="actor", backend="ray", call_timeout_s=2.0) as group:
         start = time.monotonic()

@@ -124,3 +124,12 @@ class CollectiveWorker(EchoWorker):
         tensor = torch.ones(1)
         dist.all_reduce(tensor)
         return tensor.item()
+
+    @register(Dispatch.ALL)
+    def raise_or_exit(self, delays: list[float]) -> None:
+        """Rank 0 raises after its delay, as a collective does when its peer's connection
+        closes; every other rank ends its process after its delay, as a killed one does."""
+        wait_here(delays[self.rank])
+        if self.rank == 0:
+            raise RuntimeError("Connection closed by peer")
+        os._exit(1)

@@ -3,8 +3,9 @@
 Start-up: reserve the pool (one bundle per node, on distinct nodes), start one host actor per
 rank in its node's bundle, let rank 0 pick the rendezvous address, initialise
 torch.distributed on all ranks at once, then create the role workers. Calls are actor method
-calls; waiting is fail-fast: the first rank that raises or dies ends the wait with an error
-naming it, without waiting for the others (which may be blocked in a collective with it).
+calls; waiting is fail-fast: once any rank raises or dies, the wait ends within a few seconds
+with an error naming the rank at fault (a dead rank before the peers whose collectives its
+death broke), without waiting for ranks blocked in a collective with it.
 """
 
 import functools
@@ -17,6 +18,8 @@ from ascent.controller.resources import ResourcePool
 from ascent.controller.worker import Role
 
 STACK_TIMEOUT_S = 10.0
+# How long a failure waits for the other ranks to be found dead before it is reported.
+DEATH_GRACE_S = 5.0
 
 
 def ensure_ray(address: str | None = None) -> None:
@@ -186,7 +189,8 @@ class RayHosts:
     ) -> dict[int, Any]:
         """Results by rank. Fail-fast: ``ray.get`` of the list raises as soon as any rank has
         failed (raised or died), even while others are blocked, for example in a collective
-        with the dead one; the failing rank is then found and named. A call past
+        with the dead one; the failing rank is then found and named (a dead rank before the
+        peers whose collectives it broke). A call past
         ``timeout_s`` raises WorkerTimeout with the stuck ranks' stacks."""
         import ray
         from ray.exceptions import GetTimeoutError
@@ -199,11 +203,36 @@ class RayHosts:
             stuck = [rank for rank, ref in handles.items() if ref in running]
             raise WorkerTimeout(role, method, timeout_s or 0.0, self.stacks(stuck)) from None
         except Exception:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            for rank, ref in handles.items():
-                if ref in ready:
-                    self._get(ref, rank, role, method)  # raises for the rank that failed
-            raise
+            failure = self._root_failure(handles, role, method)
+            if failure is None:
+                raise
+            raise failure from None
+
+    def _root_failure(
+        self, handles: dict[int, Any], role: str, method: str
+    ) -> WorkerError | WorkerDied | None:
+        """The error to report once some rank has failed: a death before anything else.
+
+        When a rank is killed while its peers wait for it in a collective, a peer's gloo or
+        NCCL call can fail ("connection closed by peer") before Ray has noticed the death;
+        reporting that peer's error would blame the wrong rank. So the other ranks get up to
+        ``DEATH_GRACE_S`` to finish or be found dead, and a death, if any, is the error."""
+        import ray
+
+        refs = list(handles.values())
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=0)
+        if pending:
+            ray.wait(pending, num_returns=len(pending), timeout=DEATH_GRACE_S)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        failures: list[WorkerError | WorkerDied] = []
+        for rank, ref in handles.items():
+            if ref in ready:
+                try:
+                    self._get(ref, rank, role, method)
+                except (WorkerError, WorkerDied) as failure:
+                    failures.append(failure)
+        deaths = [failure for failure in failures if isinstance(failure, WorkerDied)]
+        return (deaths or failures or [None])[0]
 
     def _get(self, ref: Any, rank: int, role: str, method: str) -> Any:
         import ray

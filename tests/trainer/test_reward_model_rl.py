@@ -17,13 +17,14 @@ from ascent.batch import Batch
 from ascent.cli import main
 from ascent.trainer.rl.loop import train_rl
 from tests.trainer.rl_setup import config, metric
+from tests.trainer.test_export import same_weights
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rm_digits.yaml"
 
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    """Pairs, prompts (train / held-out), and a reward model trained by ``ascent rm``."""
+    """Preference pairs, and prompts (train / held-out)."""
     folder = tmp_path_factory.mktemp("digits")
     write_jsonl(folder / "prefs_train.jsonl", preference_rows(4000, seed=0))
     write_jsonl(folder / "prefs_val.jsonl", preference_rows(256, seed=1))
@@ -33,9 +34,8 @@ def digits(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def reward_model(tiny_model, digits):
-    run_dir = digits / "rm"
+def rm_run(tiny_model, digits, run_dir, *overrides):
+    """``ascent rm`` with the example's config on the digits pairs."""
     code = main(
         [
             "rm",
@@ -46,10 +46,16 @@ def reward_model(tiny_model, digits):
             f"trainer.run_dir={run_dir}",
             "trainer.progress_bar=false",
             "tracking.sinks=[jsonl]",
+            *overrides,
         ]
     )
     assert code == 0
     return run_dir
+
+
+@pytest.fixture(scope="module")
+def reward_model(tiny_model, digits):
+    return rm_run(tiny_model, digits, digits / "rm")
 
 
 @pytest.mark.learning
@@ -58,6 +64,29 @@ def test_ascent_rm_ranks_held_out_pairs(reward_model):
     assert accuracy[0] < 0.75 and accuracy[-1] >= 0.9, accuracy
     model = AutoModelForSequenceClassification.from_pretrained(reward_model / "hf")
     assert model.config.num_labels == 1  # a transformers reward model
+
+
+def test_ascent_export_of_a_reward_model_checkpoint_is_the_runs_reward_model(
+    reward_model, tmp_path
+):
+    out = tmp_path / "exported"
+    assert main(["export", str(reward_model), str(out)]) == 0
+    assert same_weights(out, reward_model / "hf")
+    assert AutoModelForSequenceClassification.from_pretrained(out).config.num_labels == 1
+
+
+def test_a_lora_reward_model_exports_merged_and_refuses_an_adapter_export(
+    tiny_model, digits, tmp_path, capsys
+):
+    """The score head trains whole beside the adapters, so an adapter alone would load on
+    the base model with an untrained head: only the merged export is offered."""
+    run = rm_run(tiny_model, digits, tmp_path / "run", "model.lora.rank=4", "trainer.max_steps=3")
+    out = tmp_path / "merged"
+    assert main(["export", str(run), str(out)]) == 0
+    assert same_weights(out, run / "hf")
+    assert main(["export", str(run), str(tmp_path / "adapter"), "--lora", "adapter"]) == 2
+    assert "score head trains whole" in capsys.readouterr().err
+    assert not (tmp_path / "adapter").exists()
 
 
 def rl_config(tiny_model, digits, run_dir, reward_model, *overrides):

@@ -113,12 +113,28 @@ def load_sequence_classifier(
 ) -> nn.Module:
     """A reward model: ``AutoModelForSequenceClassification`` with one label, from a reward
     model's checkpoint or from a causal LM's (its backbone, and a freshly initialised score
-    head). ``pad_token_id`` is written into the config when it has none: transformers pools
-    a decoder's score at the last token that is not padding, and needs the id to find it."""
+    head); the config as ``reward_model_config`` makes it."""
     from transformers import AutoModelForSequenceClassification
 
     directory = _local_dir(path)
-    config = _checkpoint_config(directory, trust_remote_code)
+    return _from_pretrained(
+        AutoModelForSequenceClassification,
+        directory,
+        reward_model_config(directory, pad_token_id, trust_remote_code),
+        dtype,
+        trust_remote_code,
+        attn_implementation,
+    )
+
+
+def reward_model_config(
+    path: str | Path, pad_token_id: int | None, trust_remote_code: bool = False
+) -> object:
+    """The config of a one-output sequence classifier from the checkpoint at ``path`` (a
+    reward model's or a causal LM's). ``pad_token_id`` is written into it when it has none:
+    transformers pools a decoder's score at the last token that is not padding, and needs
+    the id to find it. A classifier with more than one label is refused."""
+    config = _checkpoint_config(_local_dir(path), trust_remote_code)
     classifier = any(a.endswith("ForSequenceClassification") for a in config.architectures or [])
     if classifier and config.num_labels != 1:
         raise ValueError(
@@ -128,14 +144,7 @@ def load_sequence_classifier(
     config.num_labels = 1
     if getattr(config.get_text_config(), "pad_token_id", None) is None:
         config.get_text_config().pad_token_id = pad_token_id
-    return _from_pretrained(
-        AutoModelForSequenceClassification,
-        directory,
-        config,
-        dtype,
-        trust_remote_code,
-        attn_implementation,
-    )
+    return config
 
 
 def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False) -> object:

@@ -2,8 +2,12 @@
 
 Needs nothing but the checkpoint directory (it holds the model's transformers config, the
 tokenizer and the resolved run config) and one process: no Ray, no process group, any
-number of ranks at save time. The policy's sharded weights are read with
+number of ranks at save time. The trained model's sharded weights are read with
 torch.distributed.checkpoint into a freshly built model, resharded to one full copy.
+
+What is exported follows the checkpoint: the policy of an RL run (``actor``) or of an SFT
+run (``sft``) as a causal LM, the reward model of an ``ascent rm`` run (``rm``) as a
+one-label sequence classifier, the same model the run writes to ``<run_dir>/hf`` at its end.
 
 LoRA runs export either merged (a plain model whose weights include the adapters:
 W + (alpha / r) B A) or as the adapter alone (peft's adapter_config.json and
@@ -17,35 +21,42 @@ from typing import Literal
 import torch
 import torch.distributed.checkpoint as dcp
 import yaml
+from torch import nn
 
 from ascent.engine.config import LoraSettings
-from ascent.engine.modules import PolicyModule
+from ascent.engine.modules import PolicyModule, SequenceScoreModule
 from ascent.trainer.checkpoint_parts import CONFIG_FILE, MODEL_FILES
 from ascent.trainer.checkpoints import CheckpointError, Checkpoints
 
-POLICY_ROLES = ("actor", "sft")  # the role directory holding the policy, RL or SFT
+# The role directories holding an exportable model: an RL or SFT policy, or a reward model.
+EXPORTED_ROLES = ("actor", "sft", "rm")
 
 
 def export_checkpoint(
     checkpoint: str | Path, out_dir: str | Path, lora: Literal["merge", "adapter"] = "merge"
 ) -> Path:
-    """Write the checkpoint's policy to ``out_dir`` (safetensors, config, tokenizer).
+    """Write the checkpoint's trained model to ``out_dir`` (safetensors, config, tokenizer).
     ``checkpoint`` is a checkpoint directory or a run directory (its newest intact one).
     Returns the checkpoint used."""
     checkpoint = Checkpoints(checkpoint).resolve(str(checkpoint))  # verified against its manifest
-    role = next((r for r in POLICY_ROLES if (checkpoint / r).is_dir()), None)
+    role = next((r for r in EXPORTED_ROLES if (checkpoint / r).is_dir()), None)
     missing = [p for p in (MODEL_FILES, CONFIG_FILE) if not (checkpoint / p).exists()]
     if role is None or missing:
         raise CheckpointError(
             f"{checkpoint} cannot be exported: it has no "
-            f"{' or '.join(POLICY_ROLES) if role is None else ' or '.join(missing)} "
+            f"{' or '.join(EXPORTED_ROLES) if role is None else ' or '.join(missing)} "
             "(checkpoints written before ascent 0.2 lack the model files)"
         )
     settings = yaml.safe_load((checkpoint / CONFIG_FILE).read_text())["model"]
     lora_settings = LoraSettings(**settings["lora"]) if settings.get("lora") else None
     if lora == "adapter" and lora_settings is None:
         raise ValueError(f"--lora adapter: {checkpoint} was not trained with LoRA adapters")
-    model = _load_policy(checkpoint, role, lora_settings, settings.get("trust_remote_code", False))
+    if lora == "adapter" and role == "rm":
+        raise ValueError(
+            f"--lora adapter: {checkpoint} is a reward model, whose score head trains whole "
+            "beside the adapters and is not part of them; export it merged (the default)"
+        )
+    model = _load_trained(checkpoint, role, lora_settings, settings.get("trust_remote_code", False))
     out_dir = Path(out_dir)
     if lora_settings is not None and lora == "adapter":
         model.peft_config["default"].base_model_name_or_path = settings["path"]
@@ -58,23 +69,36 @@ def export_checkpoint(
     return checkpoint
 
 
-def _load_policy(
+def _load_trained(
     checkpoint: Path, role: str, lora: LoraSettings | None, trust_remote_code: bool
-) -> torch.nn.Module:
-    from transformers import AutoConfig, AutoModelForCausalLM
+) -> nn.Module:
+    """The model of ``role`` built from the checkpoint's config, its weights read from the
+    role's sharded state (saved under the engine's names: the model inside its root module,
+    in "model")."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    config = AutoConfig.from_pretrained(
-        checkpoint / MODEL_FILES, trust_remote_code=trust_remote_code, local_files_only=True
-    )
-    model = AutoModelForCausalLM.from_config(
-        config, dtype=torch.float32, trust_remote_code=trust_remote_code
-    )
+    files = checkpoint / MODEL_FILES
+    if role == "rm":
+        from ascent.models.loading import load_tokenizer, reward_model_config
+        from ascent.workers.reward_model import fallback_pad_id
+
+        tokenizer = load_tokenizer(files, trust_remote_code=trust_remote_code)
+        config = reward_model_config(files, fallback_pad_id(tokenizer), trust_remote_code)
+        auto_class, root = AutoModelForSequenceClassification, SequenceScoreModule
+    else:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(
+            files, trust_remote_code=trust_remote_code, local_files_only=True
+        )
+        auto_class, root = AutoModelForCausalLM, PolicyModule
+    model = auto_class.from_config(config, dtype=torch.float32, trust_remote_code=trust_remote_code)
     if lora is not None:
         from ascent.models.lora import apply_lora
 
-        model = apply_lora(model, lora)
-    # The names the engine saved under: the model inside its PolicyModule, in "model".
-    module = PolicyModule(model)
+        # the reward model's score head is trained whole, beside its adapters
+        model = apply_lora(model, lora, train_heads=role == "rm")
+    module = root(model)
     state = {"model": module.state_dict()}
     dcp.load(state, checkpoint_id=str(checkpoint / role))
     module.load_state_dict(state["model"])

@@ -37,14 +37,19 @@ def reward_tokenizer_and_model(model: ModelConfig) -> tuple[object, torch.nn.Mod
     gets the tokenizer's pad token, else its EOS (transformers finds a decoder's last token
     by it)."""
     tokenizer = load_tokenizer(model.path, trust_remote_code=model.trust_remote_code)
-    fallback = tokenizer.pad_token_id
     classifier = load_sequence_classifier(
         model.path,
-        pad_token_id=tokenizer.eos_token_id if fallback is None else fallback,
+        pad_token_id=fallback_pad_id(tokenizer),
         trust_remote_code=model.trust_remote_code,
         attn_implementation=model.attn_implementation,
     )
     return tokenizer, classifier
+
+
+def fallback_pad_id(tokenizer: object) -> int | None:
+    """The pad id a reward model without one gets: the tokenizer's pad token, else its EOS."""
+    pad = tokenizer.pad_token_id
+    return tokenizer.eos_token_id if pad is None else pad
 
 
 def score_forward(module: torch.nn.Module, batch: Batch, device: torch.device) -> Tensor:

@@ -124,7 +124,9 @@ def test_dumped_rollouts_replay_to_the_same_update(tiny_model, prompts, tmp_path
         )
 
 
-def test_a_misbehaving_scorer_does_not_stop_the_run(tiny_model, tmp_path, capsys):
+@pytest.mark.parametrize("algorithm", ["grpo", "remax"])
+def test_a_misbehaving_scorer_does_not_stop_the_run(tiny_model, tmp_path, capsys, algorithm):
+    """Failures are counted per step, and ReMax's greedy baselines (one per prompt) apart."""
     truths = ["raise", "nan", "hang", "ok"] * 4
     rows = [
         {"data_source": "toy", "prompt": f"say {i}", "reward_model": {"ground_truth": truth}}
@@ -144,11 +146,14 @@ def test_a_misbehaving_scorer_does_not_stop_the_run(tiny_model, tmp_path, capsys
         "reward.timeout_s=1",
         "trainer.total_steps=2",
         "trainer.val_every=2",
+        f"algorithm.name={algorithm}",
     )
     assert train_rl(run)["steps"] == 2
     for key in ["reward/errors", "reward/non_finite", "reward/timeouts"]:
         assert metric(tmp_path / "run", key) == [2.0, 2.0], key
         assert metric(tmp_path / "run", f"val/{key}") == [4.0], key  # 16 answers, 4 of each
+        baselines = [1.0, 1.0] if algorithm == "remax" else []  # 4 greedy answers a step
+        assert metric(tmp_path / "run", f"baseline/{key}") == baselines, key
     assert "scorer bug" in capsys.readouterr().out  # the first failure, with its sample
 
 

@@ -145,7 +145,8 @@ class RLRun:
     def timer(self, stage: str) -> Iterator[None]:
         began = time.perf_counter()
         yield
-        self.timings[f"timing_s/{stage}"] = time.perf_counter() - began
+        key = f"timing_s/{stage}"  # summed over the step: refill rounds, ReMax's baselines
+        self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - began
 
     def collect(self, step: int) -> tuple[Batch, dict[str, float]]:
         """The step's scored responses: generated now (trainer.mode sync) or ahead of
@@ -181,7 +182,7 @@ class RLRun:
                 batch = self.rollout.generate(prompts, sampling={"seed": seed})
             batch = self._scored(batch, metrics)
             if self.plan.greedy_baseline:
-                batch = batch.assign(baseline_scores=self._greedy_scores(prompts, seed))
+                batch = batch.assign(baseline_scores=self._greedy_scores(prompts, seed, metrics))
             if not self.plan.dynamic_sampling:
                 kept = [batch]
                 break
@@ -218,10 +219,20 @@ class RLRun:
         metrics.update(self.ahead.generator_metrics())
         return self._scored(batch, metrics), metrics
 
-    def _greedy_scores(self, prompts: Batch, seed: int) -> torch.Tensor:
-        greedy = self.rollout.generate(prompts, sampling={"n": 1, "temperature": 0.0, "seed": seed})
-        scores = self.rewards.score(greedy)[0]["scores"]
-        return scores.repeat_interleave(self.config.rollout.samples_per_prompt)
+    def _greedy_scores(self, prompts: Batch, seed: int, metrics: defaultdict) -> torch.Tensor:
+        """ReMax's baselines: the scores of one greedy answer per prompt, repeated over the
+        prompt's samples (B,). The scorers' failures on them are counted apart, as
+        ``baseline/reward/errors`` and the like: a failed baseline scores 0 and shifts every
+        advantage of its group."""
+        with self.timer("gen"):
+            greedy = self.rollout.generate(
+                prompts, sampling={"n": 1, "temperature": 0.0, "seed": seed}
+            )
+        with self.timer("reward"):
+            scored, counts = self.rewards.score(greedy)
+        for key, value in counts.items():
+            metrics[f"baseline/{key}"] += value
+        return scored["scores"].repeat_interleave(self.config.rollout.samples_per_prompt)
 
     def _trimmed(self, batch: Batch, metrics: dict) -> Batch:
         """Dynamic sampling: whole groups, as many as the step wants and the ranks can split."""

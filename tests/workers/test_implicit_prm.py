@@ -2,6 +2,7 @@
 the reference separates the labels on the batch it learned, and its log-probs are those of
 transformers' own forward."""
 
+import pytest
 import torch
 
 from ascent.algos.implicit_prm import implicit_process_rewards
@@ -13,13 +14,20 @@ from tests.workers.data import rl_batch
 BETA = 0.1
 
 
-def test_training_on_outcome_labels_separates_them(tiny_model):
+@pytest.mark.parametrize(
+    ("lora", "lr"), [(None, 1e-3), ({"rank": 8, "alpha": 16}, 1e-2)], ids=["full", "lora"]
+)
+def test_training_on_outcome_labels_separates_them(tiny_model, lora, lr):
+    """All weights, or LoRA adapters alone (``implicit_prm.model.lora``)."""
     batch = rl_batch(rows=16, seed=3)
     labels = (torch.arange(16) % 2).float()  # half right, half wrong
-    model = {"path": tiny_model}
-    reference = in_process(ReferenceWorker, {"model": model})
+    reference = in_process(ReferenceWorker, {"model": {"path": tiny_model}})
     batch = batch.union(reference.log_probs(batch)).assign(prm_labels=labels)
-    prm = in_process(ImplicitPRMWorker, {"model": model, "beta": BETA, "optim": {"lr": 1e-3}})
+    model = {"path": tiny_model, "lora": lora}
+    prm = in_process(ImplicitPRMWorker, {"model": model, "beta": BETA, "optim": {"lr": lr}})
+    engine = prm.hosts.host.workers[prm.role].engine  # in-process: reachable
+    trainable = [name for name, p in engine.module.named_parameters() if p.requires_grad]
+    assert trainable and all(("lora_" in name) == (lora is not None) for name in trainable)
 
     def summed_rewards():
         log_probs = prm.log_probs(batch)["prm_log_probs"]

@@ -11,18 +11,16 @@ from ascent.algos import (
 )
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
-from ascent.engine import PolicyModule, TrainEngine
 from ascent.engine.weights import buckets
-from ascent.models.lora import apply_lora
 from ascent.workers.common import (
     EngineCheckpoints,
     gather_full_weights,
-    load_policy_model,
     policy_forward,
     require,
     response_length,
     response_log_probs,
     train,
+    trainable_policy_engine,
 )
 from ascent.workers.config import ActorConfig
 
@@ -34,18 +32,8 @@ class ActorWorker(EngineCheckpoints, Worker):
 
     def __init__(self, config: ActorConfig | dict) -> None:
         self.config = ActorConfig.model_validate(config)
-        model_cfg = self.config.model
-        self.packed = model_cfg.packed
-        model = load_policy_model(model_cfg)
-        if model_cfg.lora is not None:
-            model = apply_lora(model, model_cfg.lora)
-        self.engine = TrainEngine(
-            PolicyModule(model, chunk_tokens=self.config.chunk_tokens),
-            device=self.device,
-            fsdp=self.config.fsdp,
-            optim=self.config.optim,
-            gradient_checkpointing=model_cfg.gradient_checkpointing,
-        )
+        self.packed = self.config.model.packed
+        self.engine = trainable_policy_engine(self.config, self.device)
 
     @register(Dispatch.DP)
     def log_probs(self, batch: Batch) -> Batch:

@@ -19,10 +19,12 @@ from ascent.controller import Dispatch, register
 from ascent.engine.config import ModelConfig
 from ascent.engine.export import export_hf
 from ascent.engine.fsdp import TrainEngine
+from ascent.engine.modules import PolicyModule
 from ascent.engine.packing import PackedSequences, pack_for_responses
 from ascent.engine.state import load_engine, save_engine
 from ascent.engine.token_budget import synchronized_micro_batches
 from ascent.models.loading import load_causal_lm
+from ascent.models.lora import apply_lora
 from ascent.workers.config import MicroBatching
 from ascent.workers.metrics import MetricAccumulator
 
@@ -83,6 +85,24 @@ def load_policy_model(model_cfg: ModelConfig) -> nn.Module:
         model_cfg.path,
         trust_remote_code=model_cfg.trust_remote_code,
         attn_implementation=model_cfg.attn_implementation,
+    )
+
+
+def trainable_policy_engine(settings: Any, device: torch.device) -> TrainEngine:
+    """A trained causal LM on the FSDP2 engine (the actor, the implicit PRM):
+    ``settings.model``'s checkpoint, LoRA adapters on it when ``model.lora`` is set, in a
+    PolicyModule that computes log-probs in chunks of ``settings.chunk_tokens``, sharded by
+    ``settings.fsdp`` and stepped by ``settings.optim``."""
+    model_cfg = settings.model
+    model = load_policy_model(model_cfg)
+    if model_cfg.lora is not None:
+        model = apply_lora(model, model_cfg.lora)
+    return TrainEngine(
+        PolicyModule(model, chunk_tokens=settings.chunk_tokens),
+        device=device,
+        fsdp=settings.fsdp,
+        optim=settings.optim,
+        gradient_checkpointing=model_cfg.gradient_checkpointing,
     )
 
 

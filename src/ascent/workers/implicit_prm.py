@@ -8,15 +8,14 @@ from ascent.algos import LossNormalizer
 from ascent.algos.implicit_prm import implicit_prm_loss
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
-from ascent.engine import PolicyModule, TrainEngine
 from ascent.workers.common import (
     EngineCheckpoints,
-    load_policy_model,
     policy_forward,
     require,
     response_length,
     response_log_probs,
     train,
+    trainable_policy_engine,
 )
 from ascent.workers.config import ImplicitPRMConfig
 
@@ -28,16 +27,8 @@ class ImplicitPRMWorker(EngineCheckpoints, Worker):
 
     def __init__(self, config: ImplicitPRMConfig | dict) -> None:
         self.config = ImplicitPRMConfig.model_validate(config)
-        model_cfg = self.config.model
-        self.packed = model_cfg.packed
-        model = load_policy_model(model_cfg)
-        self.engine = TrainEngine(
-            PolicyModule(model, chunk_tokens=self.config.chunk_tokens),
-            device=self.device,
-            fsdp=self.config.fsdp,
-            optim=self.config.optim,
-            gradient_checkpointing=model_cfg.gradient_checkpointing,
-        )
+        self.packed = self.config.model.packed
+        self.engine = trainable_policy_engine(self.config, self.device)
 
     @register(Dispatch.DP)
     def log_probs(self, batch: Batch) -> Batch:

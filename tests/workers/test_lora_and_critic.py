@@ -1,5 +1,6 @@
 """LoRA trains only adapters and keeps the base model as reference; the critic learns."""
 
+import pytest
 import torch
 
 from ascent.models import load_causal_lm
@@ -47,14 +48,24 @@ def actor_named_trainable(group):
     return [(n, p) for n, p in module.named_parameters() if p.requires_grad]
 
 
-def test_critic_value_loss_falls_on_a_fixed_target(tiny_model):
+@pytest.mark.parametrize(
+    ("lora", "lr"), [(None, 3e-3), ({"rank": 8, "alpha": 16}, 1e-2)], ids=["full", "lora"]
+)
+def test_critic_value_loss_falls_on_a_fixed_target(tiny_model, lora, lr):
+    """All weights, or LoRA adapters with the value head trained whole (``critic.model.lora``)."""
     cfg = CriticConfig.model_validate(
-        {"model": {"path": tiny_model}, "optim": {"lr": 3e-3}, "value_clip": None}
+        {"model": {"path": tiny_model, "lora": lora}, "optim": {"lr": lr}, "value_clip": None}
     )
     batch = rl_batch(rows=8, seed=8)
     target = torch.where(batch["response_mask"].bool(), 1.5, 0.0)
     losses = []
     with in_process(CriticWorker, cfg) as critic:
+        trainable = [name for name, _ in actor_named_trainable(critic)]
+        adapters = [name for name in trainable if "lora_" in name]
+        head = [name for name in trainable if ".score." in name]
+        assert head and bool(adapters) == (lora is not None)
+        if lora is not None:  # nothing else trains
+            assert sorted(adapters + head) == sorted(trainable)
         for _ in range(12):
             values = critic.values(batch)["values"]
             metrics = critic.update(batch.assign(values=values, returns=target))[0]

@@ -7,6 +7,7 @@ from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
 from ascent.engine import TrainEngine, ValueModule
 from ascent.models.loading import load_value_model
+from ascent.models.lora import apply_lora
 from ascent.workers.common import (
     EngineCheckpoints,
     gather_full_weights,
@@ -33,6 +34,8 @@ class CriticWorker(EngineCheckpoints, Worker):
             trust_remote_code=model_cfg.trust_remote_code,
             attn_implementation=model_cfg.attn_implementation,
         )
+        if model_cfg.lora is not None:  # the fresh value head trains whole, beside the adapters
+            model = apply_lora(model, model_cfg.lora, train_heads=True)
         self.engine = TrainEngine(
             ValueModule(model),
             device=self.device,

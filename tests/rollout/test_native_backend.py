@@ -9,7 +9,7 @@ import pytest
 from ascent.models import load_causal_lm, load_tokenizer
 from ascent.models.loading import causal_lm_from_config
 from ascent.rollout import NativeEngine, SamplingParams
-from ascent.rollout.native_backend import NativeBackend
+from ascent.rollout.native_backend import DEGRADED_AFTER, NativeBackend
 from ascent.rollout.protocol import Capability, CapabilityError, RolloutBackend
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=200)
@@ -141,25 +141,38 @@ def test_sync_batch_calls_and_capabilities(backend):
 
 
 def test_a_failing_step_fails_its_callers_and_the_backend_serves_on(backend):
-    step, calls = backend.engine.step, []
+    """A decode step that raises (the device lost, say) fails the requests in that batch;
+    later ones are served; health turns "degraded" only while steps keep failing."""
+    decode, failing = backend.engine.decode, []
 
-    def fails_once():
-        calls.append(1)
-        if len(calls) == 3:
+    def decode_or_fail(*args):
+        if failing and failing.pop():
             raise RuntimeError("device lost")
-        step()
+        return decode(*args)
 
-    backend.engine.step = fails_once
+    backend.engine.decode = decode_or_fail
+    short = SamplingParams(temperature=0, max_new_tokens=4)
 
     async def main():
+        failing.append(True)
         with pytest.raises(RuntimeError, match="device lost"):
             await backend.generate([1, 2, 3], GREEDY)
-        after = await backend.generate([1, 2, 3], SamplingParams(temperature=0, max_new_tokens=4))
-        return after, await backend.health()
+        after = await backend.generate([1, 2, 3], short)
+        once = await backend.health()
+        for _ in range(DEGRADED_AFTER):  # every step fails: one request each
+            failing.append(True)
+            with pytest.raises(RuntimeError, match="device lost"):
+                await backend.generate([1, 2, 3], GREEDY)
+        degraded = await backend.health()
+        await backend.generate([1, 2, 3], short)
+        return after, once, degraded, await backend.health()
 
-    after, health = run(backend, main())
+    after, once, degraded, recovered = run(backend, main())
     assert len(after.token_ids) == 4
-    assert health["status"] == "degraded" and "device lost" in health["last_error"]
+    assert once["status"] == "ok" and "device lost" in once["last_error"]
+    assert once["failed_steps"] == 1
+    assert degraded["status"] == "degraded"
+    assert recovered["status"] == "ok" and recovered["failed_steps"] == 1 + DEGRADED_AFTER
 
 
 def test_leaving_a_stream_early_aborts_its_request(backend):

@@ -47,6 +47,7 @@ class NativeEngine:
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.runner = DecoderRunner(model, max_model_len)
+        self.vocab_size = model.get_input_embeddings().num_embeddings  # valid ids: [0, this)
         self.max_model_len = max_model_len
         self.max_prefill_tokens = max_prefill_tokens
         self.tokenizer = tokenizer
@@ -122,6 +123,14 @@ class NativeEngine:
                 f"{where} has {len(prompt)} tokens; it needs 1 to "
                 f"{self.max_model_len - 1} (max_model_len)"
             )
+        if not 0 <= min(prompt) <= max(prompt) < self.vocab_size:
+            position, bad = next(
+                (i, t) for i, t in enumerate(prompt) if not 0 <= t < self.vocab_size
+            )
+            raise ValueError(
+                f"{where} has token id {bad} at position {position}; token ids must be in "
+                f"[0, {self.vocab_size}) (the model's vocabulary size)"
+            )
         if sampling.stop and self.tokenizer is None:
             raise ValueError("stop strings need the engine to have a tokenizer")
 
@@ -156,10 +165,19 @@ class NativeEngine:
             self.check_request(prompt, sampling, f"prompt {index}")
         generator = self.seeded_generator(sampling)  # one stream: reproducible per call
         done: list[Sample] = []
-        for index, prompt in enumerate(prompts):
-            self._queue(EngineRequest(prompt, sampling, done.append, None, generator, index))
-        while len(done) < len(prompts) * sampling.n:
-            self.step()
+        requests = [
+            EngineRequest(prompt, sampling, done.append, None, generator, index)
+            for index, prompt in enumerate(prompts)
+        ]
+        for request in requests:
+            self._queue(request)
+        try:
+            while len(done) < len(prompts) * sampling.n:
+                self.step()
+        except Exception:  # the call fails whole: none of its requests stays in the batch
+            for request in requests:
+                self.scheduler.abort(request)
+            raise
         return sorted(done, key=lambda s: (s.prompt_index, s.sample_index))
 
 

@@ -9,6 +9,10 @@ token records its weight version). With no work, or paused, the thread sleeps on
 ``generate_batch`` (the RL worker's call) runs on the caller's thread when the step thread
 was never started: an RL run with the in-process backend stays single-threaded, and a
 debugger steps straight into the engine.
+
+A step that raises has failed only the requests it concerned (``Scheduler``): their callers
+get the error, everyone else is served on. Health turns "degraded" only while steps keep
+failing (``DEGRADED_AFTER`` in a row), not for one bad request.
 """
 
 import asyncio
@@ -22,8 +26,9 @@ from torch import Tensor
 from ascent.rollout.engine import NativeEngine
 from ascent.rollout.protocol import Capability, PauseMode, RolloutBackend, TokenOut
 from ascent.rollout.requests import EngineRequest
-from ascent.rollout.scheduler import Scheduler
 from ascent.rollout.types import Sample, SamplingParams
+
+DEGRADED_AFTER = 3  # failed steps in a row before /health reports "degraded"
 
 
 class NativeBackend(RolloutBackend):
@@ -51,7 +56,9 @@ class NativeBackend(RolloutBackend):
         self._paused = False
         self._draining: list[Future] = []  # pause(wait) calls waiting for the batch to empty
         self._closed = False
-        self.error: BaseException | None = None
+        self.last_error: BaseException | None = None
+        self.failed_steps = 0  # in all
+        self.failing_steps = 0  # in a row, up to the last step
 
     # -- the step thread ------------------------------------------------------------------
 
@@ -84,20 +91,16 @@ class NativeBackend(RolloutBackend):
                 continue
             try:
                 self.engine.step()
-            except Exception as error:  # the batch is lost; its callers hear why, the loop lives
-                self._fail_all(error)
+                self.failing_steps = 0
+            except Exception as error:  # its requests have failed (their callers hear why)
+                self.last_error = error
+                self.failed_steps += 1
+                self.failing_steps += 1
             if self._draining and not self.engine.has_work():
                 self._paused = True
                 for future in self._draining:
                     future.set_result(None)
                 self._draining.clear()
-
-    def _fail_all(self, error: Exception) -> None:
-        self.error = error
-        for request in list(self._live):
-            request.error = error
-            self.engine.abort(request)  # frees its slots; on_sample below reports the error
-        self.engine.scheduler = Scheduler(self.engine)  # a clean batch for the next requests
 
     def _call(self, function: Callable[[], object]) -> Future:
         """Run ``function`` on the step thread between two steps; a future of its result."""
@@ -156,7 +159,8 @@ class NativeBackend(RolloutBackend):
 
         def on_sample(sample: Sample) -> None:
             self._live.discard(request)
-            loop.call_soon_threadsafe(items.put_nowait, TokenOut.of(sample))
+            item = _failure(request.error) if request.error else TokenOut.of(sample)
+            loop.call_soon_threadsafe(items.put_nowait, item)
 
         generator = self.engine.seeded_generator(sampling)
         request = EngineRequest(list(prompt_ids), sampling, on_sample, on_token, generator)
@@ -165,6 +169,9 @@ class NativeBackend(RolloutBackend):
         try:
             while not finished:
                 item = await items.get()
+                if isinstance(item, Exception):
+                    finished = True
+                    raise item
                 finished = isinstance(item, TokenOut)
                 yield item
         finally:
@@ -188,6 +195,12 @@ class NativeBackend(RolloutBackend):
         if self._thread is None:
             return self.engine.generate(prompts, sampling)
         return self._call(lambda: self._batch(prompts, sampling)).result()
+
+    async def generate_together(
+        self, prompts: list[list[int]], sampling: SamplingParams
+    ) -> list[Sample]:
+        """``generate_batch`` on the step thread: queued whole, before its first step."""
+        return await asyncio.wrap_future(self._call(lambda: self._batch(prompts, sampling)))
 
     def _batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
         if self._paused:
@@ -256,9 +269,15 @@ class NativeBackend(RolloutBackend):
         await asyncio.wrap_future(self._call(self.engine.wake))
 
     async def health(self) -> dict:
+        """Read between two steps (on the step thread), so a failure its callers have heard
+        of is counted here too."""
+        return await asyncio.wrap_future(self._call(self._health))
+
+    def _health(self) -> dict:
         return {
-            "status": "ok" if self.error is None else "degraded",
-            "last_error": None if self.error is None else repr(self.error),
+            "status": "degraded" if self.failing_steps >= DEGRADED_AFTER else "ok",
+            "last_error": None if self.last_error is None else repr(self.last_error),
+            "failed_steps": self.failed_steps,
             "running": self.engine.scheduler.running,
             "paused": self._paused,
             "weight_version": self.engine.weight_version,
@@ -281,6 +300,10 @@ def _settle(future: asyncio.Future, samples: list[Sample], error: BaseException 
     if future.done():  # the caller was cancelled meanwhile
         return
     if error is not None:
-        future.set_exception(RuntimeError(f"the native engine failed mid-batch: {error!r}"))
+        future.set_exception(_failure(error))
     else:
         future.set_result(samples)
+
+
+def _failure(error: BaseException) -> RuntimeError:
+    return RuntimeError(f"the native engine failed on this request: {error!r}")

@@ -10,6 +10,12 @@ batch already in flight, from whichever caller sent them.
 
 Per-slot buffers are ``max_model_len`` wide (a response never outgrows its slot): token ids
 (int64), log-probs (float32) and the weight version of each token (int32).
+
+A failure fails the requests it concerns and no others: a prefill that raises fails the
+prompts in it (a batch of several is retried one prompt at a time first, so one bad prompt
+fails alone); a decode step that raises fails the running batch, whose cache it may have left
+half written. Their samples finish with finish_reason "error" and ``request.error`` set, the
+exception propagates to whoever called ``step``, and the scheduler serves the rest.
 """
 
 import math
@@ -68,38 +74,59 @@ class Scheduler:
     def running(self) -> int:
         return len(self.rows)
 
-    def abort(self, request: EngineRequest) -> None:
-        """Finish every sample of ``request`` now (finish_reason "abort", the tokens so far);
-        samples not started yet finish empty."""
+    def abort(self, request: EngineRequest, reason: str = "abort") -> None:
+        """Finish every sample of ``request`` now (finish_reason ``reason``, the tokens so
+        far); samples not started yet finish empty."""
         request.aborted = True
         if request in self.pending:
             self.pending.remove(request)
-            for sample_index in range(request.params.n):
-                request.on_sample(self._sample_of(request, sample_index, [], [], [], "abort"))
+            self._finish_unstarted(request, range(request.params.n), reason)
             return
         for slot in reversed(range(len(self.rows))):
             if self.rows[slot][0] is request:
-                self._retire(slot, "abort")
+                self._retire(slot, reason)
         for entry in [w for w in self.waiting if w[0] is request]:
             self.waiting.remove(entry)
-            request.on_sample(self._sample_of(request, entry[1], [], [], [], "abort"))
+            self._finish_unstarted(request, [entry[1]], reason)
         self.prefixes.pop(id(request), None)
+
+    def fail(self, requests: list[EngineRequest], error: Exception) -> None:
+        """Finish ``requests`` with ``error`` (finish_reason "error"), wherever they are."""
+        for request in dict.fromkeys(requests):  # once each, in order
+            request.error = error
+            self.abort(request, "error")
+
+    def _finish_unstarted(self, request: EngineRequest, samples: object, reason: str) -> None:
+        for sample_index in samples:
+            request.on_sample(self._sample_of(request, sample_index, [], [], [], reason))
 
     # -- one step -----------------------------------------------------------------------
 
     def step(self) -> None:
+        """Admit, then decode one token for every running sequence. Whatever raises fails
+        the requests it concerned (see the module's docstring) and propagates."""
         self._admit()
         if self.rows:
             running = len(self.rows)
-            logits = self.engine.decode(self.last[:running], self.position[:running])
-            self._record(torch.arange(running, device=self.engine.device), logits)
+            try:
+                logits = self.engine.decode(self.last[:running], self.position[:running])
+                self._record(torch.arange(running, device=self.engine.device), logits)
+            except Exception as error:
+                self.fail([request for request, _ in self.rows], error)
+                raise
 
     def _admit(self) -> None:
+        """Move waiting samples into free slots (prefilling prompts as needed) and draw their
+        first tokens; a failed prefill is raised once the others are admitted."""
         slots, first = self.engine.cache.slots, len(self.rows)
-        logits = []
+        logits, failure = [], None
         while len(self.rows) < slots and (self.waiting or self.pending):
             if not self.waiting:
-                self._prefill(math.ceil((slots - len(self.rows)) / self.pending[0].params.n))
+                error = self._prefill(
+                    math.ceil((slots - len(self.rows)) / self.pending[0].params.n)
+                )
+                failure = failure or error
+                continue  # every prompt it took may have failed
             request, sample_index = self.waiting.popleft()
             prefix = self.prefixes[id(request)]
             slot = len(self.rows)
@@ -112,7 +139,13 @@ class Scheduler:
                 del self.prefixes[id(request)]
         if logits:  # every admitted sample draws its first token from its prompt's logits
             rows = torch.arange(first, len(self.rows), device=self.engine.device)
-            self._record(rows, torch.stack(logits))
+            try:
+                self._record(rows, torch.stack(logits))
+            except Exception as error:
+                self.fail([request for request, _ in self.rows], error)
+                raise
+        if failure is not None:
+            raise failure
 
     def _start_slot(self, slot: int, request: EngineRequest) -> None:
         prompt_length = len(request.prompt)
@@ -129,15 +162,39 @@ class Scheduler:
         if stop_ids:
             self.stop_table[slot, : len(stop_ids)] = torch.tensor(stop_ids)
 
-    def _prefill(self, count: int) -> None:
-        """Prefill up to ``count`` pending prompts (within the prefill token budget)."""
+    def _prefill(self, count: int) -> Exception | None:
+        """Prefill up to ``count`` pending prompts (within the prefill token budget). If that
+        raises, each prompt is tried alone, and those that fail alone fail; returns the
+        first such error. A prompt leaves ``pending`` once prefilled or failed."""
         chosen, tokens = [], 0
-        while self.pending and len(chosen) < max(count, 1):
-            length = len(self.pending[0].prompt)
-            if chosen and tokens + length > self.engine.max_prefill_tokens:
+        for request in self.pending:
+            if len(chosen) == max(count, 1):
                 break
-            chosen.append(self.pending.popleft())
-            tokens += length
+            if chosen and tokens + len(request.prompt) > self.engine.max_prefill_tokens:
+                break
+            chosen.append(request)
+            tokens += len(request.prompt)
+        try:
+            self._prefill_together(chosen)
+        except Exception:
+            return self._prefill_alone(chosen)
+        for _ in chosen:
+            self.pending.popleft()
+        return None
+
+    def _prefill_alone(self, chosen: list[EngineRequest]) -> Exception | None:
+        first_error = None
+        for request in chosen:
+            try:
+                self._prefill_together([request])
+            except Exception as error:
+                self.fail([request], error)
+                first_error = first_error or error
+            else:
+                self.pending.remove(request)
+        return first_error
+
+    def _prefill_together(self, chosen: list[EngineRequest]) -> None:
         device = self.engine.device
         lengths = torch.tensor([len(r.prompt) for r in chosen], device=device)
         ids = torch.zeros(len(chosen), int(lengths.max()), dtype=torch.long, device=device)

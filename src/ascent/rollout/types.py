@@ -33,7 +33,7 @@ class SamplingParams(Strict):
     logprobs: bool = Field(True, description="Return each sampled token's log-prob.")
 
 
-FinishReason = Literal["stop", "length", "abort"]
+FinishReason = Literal["stop", "length", "abort", "error"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,8 @@ class Sample:
     ``weight_versions[t]`` is the engine's weight version when token t was sampled: weights
     may change while a response is in flight (a refresh in keep mode), and this says which
     tokens each version produced. ``weight_version`` is the version of the last token.
-    ``finish_reason`` "abort" marks a response cut short by ``abort`` or ``pause(mode="abort")``.
+    ``finish_reason`` "abort" marks a response cut short by ``abort`` or ``pause(mode="abort")``,
+    "error" one the engine failed (the request's error says why).
     """
 
     prompt_index: int

@@ -10,7 +10,9 @@ client trains on exactly what was sampled. Control plane, as in vLLM's dev mode:
 
 Every request is served concurrently: each becomes engine requests that join the running
 batch. A bad request gets an OpenAI-style error body (``{"error": {"message", "type",
-"param", "code"}}``) with a 4xx status; an engine failure a 500; the server keeps serving.
+"param", "code"}}``) with a 4xx status, before it reaches the engine (token ids outside the
+vocabulary included); an engine failure fails only the requests it concerned, with a 500 (or,
+mid-stream, an error event), and the server keeps serving.
 """
 
 import asyncio
@@ -27,12 +29,13 @@ from ascent.serve import responses as r
 from ascent.serve.schema import ChatRequest, CompletionRequest, RequestError, UpdateWeightsRequest
 
 
-def error(
-    status: int, message: str, param: str | None = None, kind: str | None = None
-) -> JSONResponse:
-    kind = kind or ("invalid_request_error" if status < 500 else "server_error")
-    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
-    return JSONResponse(body, status_code=status)
+def error_body(status: int, message: str, param: str | None = None) -> dict:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+def error(status: int, message: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message, param), status_code=status)
 
 
 async def parse(request: Request, model: type[BaseModel]) -> BaseModel:
@@ -135,6 +138,9 @@ def build_app(
         request_id = r.new_id("cmpl")
         text = r.TextStream(tokenizer, stop, body.skip_special_tokens)
         async for item in token_items(prompt, sampling):
+            if isinstance(item, str):  # an error event
+                yield item
+                return
             if isinstance(item, TokenOut):
                 tail = text.finish(item)
                 choice = {"index": 0, "text": tail, "finish_reason": item.finish_reason}
@@ -154,11 +160,16 @@ def build_app(
 
     async def token_items(prompt: list[int], sampling: object) -> AsyncIterator[object]:
         """The backend's stream, each item within the request timeout; a client that
-        disconnects closes it, which aborts the request."""
+        disconnects closes it, which aborts the request. An engine failure ends the stream
+        with an error event (the status line has gone out already)."""
         items = backend.stream(prompt, sampling)
         try:
             while True:
-                item = await asyncio.wait_for(anext(items), request_timeout_s)
+                try:
+                    item = await asyncio.wait_for(anext(items), request_timeout_s)
+                except (RuntimeError, TimeoutError) as failed:
+                    yield r.sse(error_body(500, f"{type(failed).__name__}: {failed}"))
+                    return
                 yield item
                 if isinstance(item, TokenOut):
                     return
@@ -220,6 +231,9 @@ def build_app(
 
         yield chunk({"role": "assistant", "content": ""})
         async for item in token_items(prompt, sampling):
+            if isinstance(item, str):  # an error event
+                yield item
+                return
             if isinstance(item, TokenOut):
                 final = r.chat_choice(
                     0,

@@ -6,6 +6,8 @@ import torch
 
 from ascent.rollout.config import GenerationDtype, generation_dtype
 
+GRACE_S = 5  # seconds in-flight requests get to finish after SIGTERM
+
 
 def serve(
     model_dir: str,
@@ -51,5 +53,7 @@ def serve(
     name = served_model_name or model_dir
     app = build_app(backend, name, request_timeout_s=request_timeout_s)
     print(f"ascent serve: {name} on http://{host}:{port}/v1 ({device}, {chosen})", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # SIGTERM: requests still running after the grace period are cut off, so a stop never
+    # waits on a long generation (up to request_timeout_s) to end.
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_S)
     return 0

@@ -1,15 +1,24 @@
 """The ``ascent`` command line: ``quickstart``, ``sft CONFIG key=value ...``,
 ``rm CONFIG key=value ...``,
 ``train CONFIG key=value ...``, ``export CHECKPOINT OUT_DIR``, ``serve MODEL_DIR`` and
-``doctor [CONFIG]``."""
+``doctor [CONFIG]``.
+
+An error in what the user gave (``ascent.errors.UserError``: a config key, a data row, a
+missing file, an import path) prints its message alone and exits 2; ``--debug`` (or
+``ASCENT_DEBUG=1``) adds the traceback. Anything else keeps its traceback.
+"""
 
 import argparse
+import os
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ascent`` console script; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="ascent", description=__doc__)
+    parser.add_argument(
+        "--debug", action="store_true", help="show tracebacks of user errors too (ASCENT_DEBUG=1)"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     quickstart = commands.add_parser("quickstart", help="SFT then GRPO on a tiny model, on a CPU")
     quickstart.add_argument("--seed", type=int, default=0)
@@ -69,6 +78,19 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument("config", nargs="?", help="a train or sft config to check")
     doctor.add_argument("overrides", nargs="*", help="dotted overrides")
     args = parser.parse_args(argv)
+    from ascent.errors import UserError
+
+    try:
+        return _run(args)
+    except UserError as error:
+        if args.debug or os.environ.get("ASCENT_DEBUG", "") not in ("", "0"):
+            raise
+        _stop_ray_output()
+        print(f"ascent {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "quickstart":
         return _quickstart(args)
     if args.command in ("sft", "rm"):
@@ -112,31 +134,16 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _config(kind: type, args: argparse.Namespace, overrides: list[str]) -> object | None:
-    from ascent.config import ConfigError, load_config
-
-    try:
-        return load_config(kind, args.config, overrides)
-    except ConfigError as error:
-        print(f"ascent {args.command}: {error}", file=sys.stderr)
-        return None
-
-
 def _supervised(args: argparse.Namespace) -> int:
     """``ascent sft`` or ``ascent rm``: the same loop, each with its config and report."""
+    from ascent.config import load_config
     from ascent.trainer.rm import RMConfig, train_rm
-    from ascent.trainer.run_dir import CannotStart
     from ascent.trainer.sft import SFTConfig, train_sft
 
     kind, run = {"sft": (SFTConfig, train_sft), "rm": (RMConfig, train_rm)}[args.command]
-    config = _config(kind, args, args.overrides)
-    if config is None:
-        return 2
+    config = load_config(kind, args.config, args.overrides)
     try:
         result = run(config)
-    except CannotStart as error:
-        print(f"ascent {args.command}: {error}", file=sys.stderr)
-        return 2
     except _run_failures() as error:
         return _failed(args.command, error, config.trainer.run_dir)
     for step, metrics in result["validation"][-1:]:
@@ -157,29 +164,20 @@ def _quickstart(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from ascent.config import load_config
     from ascent.trainer.rl.config import RLConfig
     from ascent.trainer.rl.loop import train_rl
     from ascent.trainer.rl.plan import make_plan
-    from ascent.trainer.run_dir import CannotStart
 
     overrides = list(args.overrides)
     if args.dump_rollouts:
         overrides.append(f"trainer.dump_rollouts={args.dump_rollouts}")
     if args.replay_rollouts:
         overrides.append(f"trainer.replay_rollouts={args.replay_rollouts}")
-    config = _config(RLConfig, args, overrides)
-    if config is None:
-        return 2
-    try:
-        make_plan(config)  # batch sizes and names, checked before anything starts
-    except ValueError as error:
-        print(f"ascent train: {error}", file=sys.stderr)
-        return 2
+    config = load_config(RLConfig, args.config, overrides)
+    make_plan(config)  # batch sizes and names, checked before anything starts
     try:
         result = train_rl(config)
-    except CannotStart as error:
-        print(f"ascent train: {error}", file=sys.stderr)
-        return 2
     except _run_failures() as error:
         return _failed(args.command, error, config.trainer.run_dir)
     for step, metrics in result["validation"][-1:]:
@@ -236,9 +234,13 @@ def _stop_ray_output() -> None:
 
 
 def _stopped(result: dict) -> int:
-    """128 + the signal's number when a signal stopped the run (after saving), else 0."""
+    """128 + the signal's number when a signal stopped the run (after saving), 3 when it
+    stopped on a collapse (trainer.stop_on_collapse), else 0."""
     import signal
 
+    if result.get("collapsed"):
+        print(f"stopped on a collapse, checkpoint saved: {result['collapsed']}", file=sys.stderr)
+        return 3
     if result.get("stopped"):
         print(f"stopped by {result['stopped']} after step {result['steps']}, checkpoint saved")
         return 128 + int(signal.Signals[result["stopped"]])

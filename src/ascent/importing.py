@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ascent.errors import InputError, InputNotFound
+
 
 def load_object(spec: str) -> Any:
     """Return the object that ``spec`` names.
@@ -20,14 +22,14 @@ def load_object(spec: str) -> Any:
     """
     module_part, sep, attr_path = spec.rpartition(":")
     if not sep or not module_part or not attr_path:
-        raise ValueError(
+        raise InputError(
             f"cannot load {spec!r}: expected 'package.module:name' or 'path/to/file.py:name'"
         )
     module = _load_file(module_part) if module_part.endswith(".py") else _import(module_part)
     obj: Any = module
     for name in attr_path.split("."):
         if not hasattr(obj, name):
-            raise AttributeError(f"cannot load {spec!r}: {module_part!r} has no attribute {name!r}")
+            raise InputError(f"cannot load {spec!r}: {module_part!r} has no attribute {name!r}")
         obj = getattr(obj, name)
     return obj
 
@@ -36,7 +38,7 @@ def _import(module_name: str) -> Any:
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as error:
-        raise ModuleNotFoundError(
+        raise InputError(
             f"cannot import module {module_name!r} ({error}); is it installed or on PYTHONPATH?"
         ) from error
 
@@ -44,7 +46,7 @@ def _import(module_name: str) -> Any:
 def _load_file(path_text: str) -> Any:
     path = Path(path_text).expanduser().resolve()
     if not path.is_file():
-        raise FileNotFoundError(f"cannot load {path_text!r}: no such file ({path})")
+        raise InputNotFound(f"cannot load {path_text!r}: no such file ({path})")
     # One module per file path, so loading the same file twice gives the same objects.
     module_name = f"ascent_user_{abs(hash(str(path))):x}"
     if module_name in sys.modules:

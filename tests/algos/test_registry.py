@@ -10,6 +10,7 @@ from ascent.algos.advantages import ADVANTAGE_ESTIMATORS, compute_advantages, gr
 from ascent.algos.losses import POLICY_LOSSES, ppo
 from ascent.algos.registry import Registry
 from ascent.algos.types import AdvantageInputs, Advantages
+from ascent.errors import InputError, InputNotFound
 from ascent.importing import load_object
 
 USER_MODULE = textwrap.dedent(
@@ -69,13 +70,14 @@ def test_unknown_name_suggests_the_nearest():
 
 
 def test_import_path_errors_say_what_is_missing(user_file, tmp_path):
-    with pytest.raises(FileNotFoundError, match="no such file"):
+    """Each is a UserError: the command line prints the message without a traceback."""
+    with pytest.raises(InputNotFound, match="no such file"):
         load_object(f"{tmp_path}/absent.py:fn")
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+    with pytest.raises(InputError, match="no attribute 'nope'"):
         load_object(f"{user_file}:nope")
-    with pytest.raises(ModuleNotFoundError, match="cannot import module 'no_such_pkg_x'"):
+    with pytest.raises(InputError, match="cannot import module 'no_such_pkg_x'"):
         load_object("no_such_pkg_x:fn")
-    with pytest.raises(ValueError, match="expected"):
+    with pytest.raises(InputError, match="expected"):
         load_object("just_a_name")
     with pytest.raises(TypeError, match="not callable"):
         ADVANTAGE_ESTIMATORS.get(f"{user_file}:NOT_CALLABLE")

@@ -8,10 +8,12 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from ascent.errors import InputError
+
 M = TypeVar("M", bound=BaseModel)
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A config that cannot be used; the message names the key and what would be valid."""
 
 

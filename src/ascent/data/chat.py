@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 
 from ascent.data.files import MalformedRow
+from ascent.errors import InputError
 
 # What templates raise on a conversation they refuse: raise_exception() gives a TemplateError,
 # and operations on unexpected values inside the template or transformers' own checks give
@@ -110,7 +111,7 @@ def render_chat(
     # Checked here, not left to the template: a missing template is not the row's fault, and
     # with malformed=skip it would otherwise skip every row.
     if getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError(
+        raise InputError(
             "the tokenizer has no chat template: use a tokenizer that has one, or render "
             "without it (RL: data.chat_template=false; SFT: data.template=none)"
         )

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ascent.errors import InputError, InputNotFound
 
-class MalformedRow(ValueError):
+
+class MalformedRow(InputError):
     """A row that cannot be used, with where it is and what is wrong."""
 
 
@@ -46,16 +48,14 @@ def read_rows(paths: str | Path | list[str | Path]) -> list[Row]:
 
 def _read(path: Path) -> Iterator[Row]:
     if not path.exists():
-        raise FileNotFoundError(f"data file {str(path)!r} does not exist")
+        raise InputNotFound(f"data file {str(path)!r} does not exist")
     if path.is_dir():
         if (path / "dataset_info.json").exists() or (path / "state.json").exists():
             yield from _rows(_datasets_dir(path), path)
             return
         files = sorted(path.glob("*.parquet"))
         if not files:
-            raise FileNotFoundError(
-                f"{str(path)!r} holds neither a saved dataset nor parquet files"
-            )
+            raise InputNotFound(f"{str(path)!r} holds neither a saved dataset nor parquet files")
         for file in files:
             yield from _read(file)
         return
@@ -67,7 +67,7 @@ def _read(path: Path) -> Iterator[Row]:
     elif suffix in (".jsonl", ".json"):
         yield from _jsonl(path)
     else:
-        raise ValueError(f"cannot read {str(path)!r}: use .parquet, .jsonl or a datasets directory")
+        raise InputError(f"cannot read {str(path)!r}: use .parquet, .jsonl or a datasets directory")
 
 
 def _datasets_dir(path: Path) -> list[dict]:

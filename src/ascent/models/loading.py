@@ -11,11 +11,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ascent.errors import InputNotFound
+
 
 def _local_dir(path: str | Path) -> Path:
     directory = Path(path).expanduser()
     if not (directory / "config.json").is_file():
-        raise FileNotFoundError(
+        raise InputNotFound(
             f"no model at {str(path)!r}: expected a local directory with config.json and "
             "weights (ascent never downloads models; save one with save_pretrained first)"
         )

@@ -34,6 +34,7 @@ import torch
 from pydantic import Field, ValidationInfo, field_validator
 
 from ascent.engine.config import Strict
+from ascent.errors import InputError
 
 PLACEHOLDER = re.compile(r"\{(prompt|response|ground_truth)\}")
 
@@ -77,7 +78,7 @@ class JudgeConfig(Strict):
     @classmethod
     def _has_response(cls, template: str) -> str:
         if "{response}" not in template:
-            raise ValueError("judge.template must contain {response} (the graded answer)")
+            raise InputError("judge.template must contain {response} (the graded answer)")
         return template
 
     @field_validator("grade_pattern")
@@ -86,9 +87,9 @@ class JudgeConfig(Strict):
         try:
             groups = re.compile(pattern).groups
         except re.error as error:
-            raise ValueError(f"judge.grade_pattern is not a valid regex: {error}") from None
+            raise InputError(f"judge.grade_pattern is not a valid regex: {error}") from None
         if not groups:
-            raise ValueError("judge.grade_pattern needs a group, (...), around the grade")
+            raise InputError("judge.grade_pattern needs a group, (...), around the grade")
         return pattern
 
     @field_validator("max_grade")
@@ -96,7 +97,7 @@ class JudgeConfig(Strict):
     def _above_min(cls, value: float, info: ValidationInfo) -> float:
         low = info.data.get("min_grade")
         if low is not None and value <= low:
-            raise ValueError(f"judge.max_grade={value} must be above judge.min_grade={low}")
+            raise InputError(f"judge.max_grade={value} must be above judge.min_grade={low}")
         return value
 
 
@@ -145,7 +146,7 @@ class Judge:
         if config.api_key_env is not None:
             key = os.environ.get(config.api_key_env)
             if not key:
-                raise ValueError(
+                raise InputError(
                     f"judge.api_key_env={config.api_key_env!r}: that environment variable is not "
                     "set; export the judge's API key in it, or leave api_key_env out"
                 )

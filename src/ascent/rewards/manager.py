@@ -25,6 +25,7 @@ from pydantic import Field
 
 from ascent.batch import Batch
 from ascent.engine.config import Strict
+from ascent.errors import InputError
 from ascent.importing import load_object
 from ascent.rewards.call import score_sample
 from ascent.rewards.pool import ScorerDied, ScoringPool
@@ -84,7 +85,7 @@ class RewardManager:
                     raise TypeError("it is not callable")
                 verl_call(function)  # a signature verl could not call either is refused now
             except Exception as error:
-                raise ValueError(f"reward.function={config.function!r}: {error}") from error
+                raise InputError(f"reward.function={config.function!r}: {error}") from error
         self.pool = ScoringPool(config.workers, config.timeout_s) if config.workers else None
         self.reported_failure = False
 

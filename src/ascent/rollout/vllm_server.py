@@ -8,6 +8,7 @@ vLLM lives in a virtual environment of its own (it pins its own torch and transf
 import os
 from pathlib import Path
 
+from ascent.errors import InputNotFound
 from ascent.rollout.server_process import ServerProcess, free_port
 
 DEFAULT_VENV = Path.home() / ".cache" / "ascent" / "vllm-venv"
@@ -19,7 +20,7 @@ def vllm_python(configured: str | None = None) -> str:
     default venv's; a clear error when none exists."""
     python = configured or os.environ.get("ASCENT_VLLM_PYTHON") or str(DEFAULT_VENV / "bin/python")
     if not Path(python).exists():
-        raise FileNotFoundError(
+        raise InputNotFound(
             f"no vLLM interpreter at {python}: run `make vllm-venv` (builds {DEFAULT_VENV}), or "
             "set rollout.server.python / ASCENT_VLLM_PYTHON to a python with vllm installed"
         )

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ascent.errors import InputError
 from ascent.trainer.checkpoints import Checkpoints
 
 RECORD_FILES = ("metrics.jsonl", "generations.jsonl")
 
 
-class CannotStart(ValueError):
+class CannotStart(InputError):
     """A run that cannot start as configured; the message names the fields and what to do
     (``ascent train``/``sft`` print it and exit 2, before any worker starts)."""
 

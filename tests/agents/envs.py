@@ -18,3 +18,11 @@ class Again(Environment):
 
 
 ROWS = []  # not an environment (tests/agents/test_episodes.py)
+
+
+def every_turn_a_bad_call(text):
+    """A tool-call parser that reads every turn as one malformed call (tool errors without a
+    model that has learned to call)."""
+    from ascent.rollout.tool_calls import ParsedTurn
+
+    return ParsedTurn(content=None, errors=["not a well-formed call"])

@@ -84,6 +84,7 @@ class ToolEnvironment(Environment):
         message.update({"tool_calls": turn.calls} if turn.calls else {})
         results = [self.run(call) for call in turn.calls]
         results += [f"Error: {problem}" for problem in turn.errors]
+        self.calls += len(turn.errors)  # a malformed call is a call that failed
         self.errors += len(turn.errors)
         done = not results
         return Step([{"role": "tool", "content": text} for text in results], 0.0, done)

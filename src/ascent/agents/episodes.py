@@ -213,12 +213,16 @@ def episode_outcomes(batch: Batch) -> Batch:
 
 def agent_metrics(batch: Batch) -> dict[str, float]:
     """Means over a rollout batch's episodes (one row each): turns, tool calls and
-    errors, how episodes ended; samples per episode (above 1 where templates drifted)."""
+    errors, how episodes ended; samples per episode (above 1 where templates drifted); and the
+    share of all tool calls that failed (``agent/tool_error_rate``, 0 without calls)."""
     rows = list(last_rows(batch).values())
     count = len(rows)
 
+    def sum_of(field: str) -> float:
+        return sum(float(batch[field][r]) for r in rows)
+
     def mean(field: str) -> float:
-        return sum(float(batch[field][r]) for r in rows) / count
+        return sum_of(field) / count
 
     ends = [batch["finish_reason"][r] for r in rows]
     metrics = {
@@ -226,6 +230,7 @@ def agent_metrics(batch: Batch) -> dict[str, float]:
         "agent/used_tools": sum(batch["tool_calls"][r] > 0 for r in rows) / count,
         "agent/tool_calls/mean": mean("tool_calls"),
         "agent/tool_errors/mean": mean("tool_errors"),
+        "agent/tool_error_rate": sum_of("tool_errors") / max(sum_of("tool_calls"), 1.0),
         "agent/samples_per_episode": len(batch) / count,
     }
     for end in ("done", "max_turns", "length", "abort"):

@@ -52,8 +52,8 @@ class Episode:
     end: EpisodeEnd
     rewards: list[float] = field(default_factory=list)  # the environment's, one per turn
     drifts: int = 0
-    tool_calls: int = 0  # as the environment counts them (ToolEnvironment does)
-    tool_errors: int = 0
+    tool_calls: int = 0  # as the environment counts them (ToolEnvironment: malformed ones too)
+    tool_errors: int = 0  # of those, the ones that failed
 
     @property
     def reward(self) -> float:

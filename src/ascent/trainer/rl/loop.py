@@ -54,8 +54,9 @@ def train_rl(config: RLConfig) -> dict:
     """Run RL; returns the validation history and where the run wrote its outputs.
 
     SIGTERM / SIGINT end the run after the current step with a checkpoint (``stopped`` names
-    the signal in the result); an exception (a dead worker, non-finite updates, a failed
-    save) ends it without saving anything, so the last checkpoint is the one to resume from.
+    the signal in the result), and so does a collapse with ``trainer.stop_on_collapse``
+    (``collapsed`` says why); an exception (a dead worker, non-finite updates, a failed save)
+    ends it without saving anything, so the last checkpoint is the one to resume from.
     """
     run = RLRun(config)
     cfg, history, done = config.trainer, [], run.start_step
@@ -74,6 +75,7 @@ def train_rl(config: RLConfig) -> dict:
                     metrics |= learned
                 done = step + 1
                 run.nonfinite.check(done, rollouts, metrics)  # skipped updates; K in a row stop
+                metrics |= run.collapse.check(done, rollouts, metrics)  # no signal: warn or stop
                 if cfg.val_every and (done % cfg.val_every == 0 or done == run.total_steps):
                     with run.timer("validation"):
                         history.append((done, run.validate()))
@@ -88,7 +90,7 @@ def train_rl(config: RLConfig) -> dict:
                         run.save(done)
                 progress.update(1)
                 progress.set_postfix(score=f"{metrics.get('critic/score/mean', float('nan')):.3f}")
-                if stop.signal is not None:
+                if stop.signal is not None or run.collapse.stopped:
                     break
             run.save(done)
             export_dir = None
@@ -101,6 +103,7 @@ def train_rl(config: RLConfig) -> dict:
                 "export_dir": export_dir,
                 "steps": done,
                 "stopped": stop.signal.name if stop.signal is not None else None,
+                "collapsed": run.collapse.stopped,
             }
         finally:
             progress.close()

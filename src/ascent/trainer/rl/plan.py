@@ -9,6 +9,7 @@ from typing import Any
 from ascent.algos.advantages import ADVANTAGE_ESTIMATORS
 from ascent.algos.kl import kl_estimator_name
 from ascent.algos.losses import POLICY_LOSSES
+from ascent.config import ConfigError
 from ascent.trainer.rl.config import PFPPOSettings, RLConfig
 from ascent.trainer.rl.presets import PRESETS
 
@@ -114,13 +115,13 @@ def make_plan(config: RLConfig) -> Plan:
     def mini_batches(role: str, per_update: int | None) -> int:
         per_update = per_update or prompts
         if prompts % per_update:
-            raise ValueError(
+            raise ConfigError(
                 f"data.prompts_per_step={prompts} must be a multiple of "
                 f"{role}.prompts_per_update={per_update}"
             )
         count = prompts // per_update
         if samples % (world * count):
-            raise ValueError(
+            raise ConfigError(
                 f"{samples} responses per step ({prompts} prompts x "
                 f"{config.rollout.samples_per_prompt} samples) must split into {count} "
                 f"mini-batches on {world} rank(s): make prompts_per_step x samples_per_prompt "
@@ -141,38 +142,38 @@ def make_plan(config: RLConfig) -> Plan:
     _check_params("algorithm.loss_params", POLICY_LOSSES.get(loss), loss_params)
     rollout_world = (config.rollout.resources or config.resources).world_size
     if prompts % rollout_world:
-        raise ValueError(
+        raise ConfigError(
             f"data.prompts_per_step={prompts} must be a multiple of the rollout's {rollout_world} "
             "rank(s) (each generates an equal share of the prompts)"
         )
     _check_mode(config, dynamic, estimator)
     if estimator == "prime" and config.rollout.samples_per_prompt < 2:
-        raise ValueError(
+        raise ConfigError(
             "algorithm prime needs rollout.samples_per_prompt >= 2 (leave-one-out baselines)"
         )
     if config.rollout.agent is not None:
         if estimator == "prime":
-            raise ValueError(
+            raise ConfigError(
                 "the prime estimator cannot train on rollout.agent episodes yet (the implicit "
                 "PRM scores one response per prompt); use grpo or rloo"
             )
         if config.reward_model is not None:
-            raise ValueError(
+            raise ConfigError(
                 "reward_model cannot score rollout.agent episodes yet (a turn's prompt is the "
                 "episode so far, in the policy's tokens); score episodes with reward.function"
             )
         if config.judge is not None:
-            raise ValueError(
+            raise ConfigError(
                 "judge cannot grade rollout.agent episodes yet (it would grade each turn "
                 "alone, not the episode); score episodes with reward.function"
             )
         if not config.data.chat_template:
-            raise ValueError(
+            raise ConfigError(
                 "rollout.agent needs data.chat_template=true: episodes are conversations, "
                 "rendered with the model's chat template"
             )
         if config.rollout.engine not in ("native", "serve", "vllm"):
-            raise ValueError(
+            raise ConfigError(
                 "rollout.agent needs rollout.engine native, serve or vllm (request-level "
                 f"engines that follow the policy), not {config.rollout.engine}"
             )
@@ -208,8 +209,13 @@ def make_plan(config: RLConfig) -> Plan:
 
 def _check_mode(config: RLConfig, dynamic_sampling: bool, estimator: str) -> None:
     """What generating ahead of training cannot do, refused before any worker starts."""
-    mode = config.trainer.mode
+    mode, schedule = config.trainer.mode, config.trainer.async_schedule
     if mode == "sync":
+        if schedule == "fixed":
+            raise ConfigError(
+                "trainer.async_schedule=fixed applies to trainer.mode one_step_off or async; "
+                "trainer.mode=sync is reproducible as it is"
+            )
         return
     conflicts = {
         "algorithm.dynamic_sampling": dynamic_sampling,  # refills depend on the step's scores
@@ -220,10 +226,13 @@ def _check_mode(config: RLConfig, dynamic_sampling: bool, estimator: str) -> Non
         # an episode's turns cannot be replayed onto new weights
         "rollout.agent with trainer.partial_rollouts=false": config.rollout.agent is not None
         and not config.trainer.partial_rollouts,
+        # an episode's turns join the engine's batch as they come: not reproducible
+        "rollout.agent with trainer.async_schedule=fixed": config.rollout.agent is not None
+        and schedule == "fixed",
     }
     for what, present in conflicts.items():
         if present:
-            raise ValueError(
+            raise ConfigError(
                 f"trainer.mode={mode} cannot be combined with {what}; use trainer.mode=sync"
             )
 
@@ -237,11 +246,11 @@ def _check_names(estimator: str, loss: str, kl_estimator: str) -> None:
         try:
             registry.get(name)
         except Exception as error:
-            raise ValueError(f"{field}: {error}") from error
+            raise ConfigError(f"{field}: {error}") from error
     try:
         kl_estimator_name(kl_estimator)
     except ValueError as error:
-        raise ValueError(f"algorithm.kl.estimator: {error}") from error
+        raise ConfigError(f"algorithm.kl.estimator: {error}") from error
 
 
 def _check_params(field: str, function: Callable, params: dict[str, Any]) -> None:
@@ -252,7 +261,7 @@ def _check_params(field: str, function: Callable, params: dict[str, Any]) -> Non
         signature.bind(None, **params)  # the first argument is the inputs
     except TypeError as error:
         taken = list(signature.parameters)[1:]
-        raise ValueError(
+        raise ConfigError(
             f"{field}={params}: {error}; {getattr(function, '__name__', function)} takes "
             f"{', '.join(taken) or 'no parameters'}"
         ) from None

@@ -14,7 +14,9 @@ Columns: seconds per step; steps/s; generated tokens/s; the trainer's idle secon
 (waiting for rollouts: in sync the whole generation, ahead of training the wait for a step's
 samples plus, in one_step_off, for the next step's before the weights change); the
 generator's idle seconds per step (step time minus the time it had requests in flight); the
-speed-up in steps/s over sync. ``--engine serve``: the rollout worker's generation runs in
+speed-up in steps/s over sync. The "fixed" modes are ``trainer.async_schedule=fixed``
+(reproducible: each step generated as one batch, weights changed between batches only).
+``--engine serve``: the rollout worker's generation runs in
 an ``ascent serve`` process it starts (its one core; weights over HTTP from a safetensors
 file).
 """
@@ -32,6 +34,13 @@ MODES = {
     "one_step_off": ("trainer.mode=one_step_off",),
     "async k=1": ("trainer.mode=async", "trainer.max_staleness=1"),
     "async k=2": ("trainer.mode=async", "trainer.max_staleness=2"),
+    # trainer.async_schedule=fixed: reproducible (weights change between whole batches only)
+    "one_step_off fixed": ("trainer.mode=one_step_off", "trainer.async_schedule=fixed"),
+    "async k=2 fixed": (
+        "trainer.mode=async",
+        "trainer.max_staleness=2",
+        "trainer.async_schedule=fixed",
+    ),
 }
 TRAINING = ("old_log_prob", "ref", "values", "adv", "update_critic", "update_actor")
 

@@ -38,7 +38,7 @@ class Job:
     """One submitted batch: its prompts' tasks (or one task for a whole agent batch)."""
 
     prompts: list[_Prompt] = field(default_factory=list)
-    whole: Future | None = None  # an agent batch: one coroutine plays every episode
+    whole: Future | None = None  # one coroutine for the batch: an agent's, or together
 
 
 class BackgroundGeneration:
@@ -79,11 +79,19 @@ class BackgroundGeneration:
             if self._running == 0:
                 self._busy_s += time.perf_counter() - self._busy_since
 
-    def submit(self, tag: str, prompts: list[list[int]], sampling: SamplingParams) -> None:
+    def submit(
+        self, tag: str, prompts: list[list[int]], sampling: SamplingParams, together: bool = False
+    ) -> None:
         """Start ``sampling.n`` samples of every prompt; with a seed, prompt i samples with
-        seed + i (as ``generate_batch`` does)."""
+        seed + i (as the HTTP backends' ``generate_batch`` does). ``together``: the prompts as
+        one batch (``generate_together``: the same samples whatever the timing)."""
         if tag in self.jobs:
             raise ValueError(f"rollouts {tag!r} were submitted already and not taken")
+        if together:
+            self.jobs[tag] = Job(
+                whole=self._start(self.backend.generate_together(prompts, sampling))
+            )
+            return
         job = Job()
         for index, ids in enumerate(prompts):
             params = sampling
@@ -103,7 +111,7 @@ class BackgroundGeneration:
 
     def take(self, tag: str) -> Any:
         """Wait for ``tag``'s samples: ``Sample``s ordered by prompt then sample (or the
-        coroutine's result for a whole batch)."""
+        coroutine's result for an agent batch)."""
         job = self.jobs.pop(tag)
         if job.whole is not None:
             return job.whole.result()

@@ -125,6 +125,15 @@ class RolloutBackend:
         random draws."""
         return asyncio.run(self._gather(prompts, sampling))
 
+    async def generate_together(
+        self, prompts: list[list[int]], sampling: SamplingParams
+    ) -> list[Sample]:
+        """``generate_batch`` from a running event loop. An in-process engine admits the
+        prompts as one batch before its first decode step, so the samples do not depend on
+        when requests arrive (the native engine: the same samples as ``generate_batch``); over
+        HTTP the server batches requests as they come."""
+        return await self._gather(prompts, sampling)
+
     async def _gather(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
         def params(index: int) -> SamplingParams:
             if sampling.seed is None:

@@ -110,10 +110,13 @@ class RolloutWorker(Worker):
     # -- generation beside training (rollout.background) ---------------------------------
 
     @register(Dispatch.DP)
-    def start_rollouts(self, batch: Batch, tag: str, sampling: dict | None = None) -> None:
+    def start_rollouts(
+        self, batch: Batch, tag: str, sampling: dict | None = None, together: bool = False
+    ) -> None:
         """Start generating ``batch``'s rollouts and return at once; ``take_rollouts(tag)`` waits
         for them. The engine decodes on its own thread meanwhile, and weight updates land
-        between two of its steps."""
+        between two of its steps. ``together``: the batch is admitted whole, as
+        ``generate`` would (reproducible: see ``RolloutBackend.generate_together``)."""
         if not self.config.background:
             raise RuntimeError("start_rollouts needs rollout.background=true (trainer.mode async)")
         if self.backend is None:
@@ -124,7 +127,7 @@ class RolloutWorker(Worker):
         if self.config.agent is not None:
             self._background().submit_coroutine(tag, self._play(batch, params))
         else:
-            self._background().submit(tag, _prompt_ids(batch), params)
+            self._background().submit(tag, _prompt_ids(batch), params, together)
         self._submitted[tag] = (batch, params)
 
     @register(Dispatch.DP)

@@ -16,6 +16,15 @@ producer waits for step t+1's samples, then loads the new weights, then submits 
 into the running engine at once (responses in flight go on under it, or restart, per
 ``trainer.partial_rollouts``) and runs up to k steps ahead.
 
+``trainer.async_schedule=fixed`` takes timing out altogether: weights change only between
+batches, as in one_step_off, for any k (after step t's update the producer waits for every
+step submitted, then loads version t+1, then submits step t+1+k: step s is sampled wholly by
+version max(0, s - k)); and each step's prompts go to the engine as one batch, admitted
+together before its first decode step (``RolloutBackend.generate_together``), so which rows
+share a decode step never depends on when requests arrived. Two runs with one seed then train
+on the same samples. The price: the engine waits for the trainer between batches, so k > 1
+buys no more overlap than k = 1 once the run is steady.
+
 A checkpoint keeps the prompts of every step submitted and not yet trained (in flight or
 finished); a resumed run submits them again, with the same per-step seeds, before taking new
 prompts from the stream (whose saved position is after them). So the steps after a crash
@@ -54,10 +63,12 @@ class RolloutsAhead:
         seed: int,
         max_staleness: int,
         in_flight_updates: bool,
+        whole_batches: bool = False,
     ) -> None:
         self.rollout, self.stream, self.pad_id = rollout, stream, pad_id
         self.prompts_per_step, self.total_steps, self.seed = prompts_per_step, total_steps, seed
         self.max_staleness, self.in_flight_updates = max_staleness, in_flight_updates
+        self.whole_batches = whole_batches  # each step's prompts admitted together
         self.prompts: dict[int, Batch] = {}  # step -> its prompts (submitted, not trained)
         self.finished: dict[int, Batch] = {}  # step -> its rollouts (taken early)
         self.next_step = 0  # the next step whose prompts come from the stream
@@ -85,7 +96,10 @@ class RolloutsAhead:
 
     def _submit(self, step: int, prompts: Batch) -> None:
         self.rollout.start_rollouts(
-            prompts, tag=_tag(step), sampling={"seed": step_seed(self.seed, step)}
+            prompts,
+            tag=_tag(step),
+            sampling={"seed": step_seed(self.seed, step)},
+            together=self.whole_batches,
         )
         self.prompts[step] = prompts
 
@@ -106,7 +120,8 @@ class RolloutsAhead:
         return {"async/generation_busy_s": busy, "async/restarted_total": counters["restarted"]}
 
     def before_sync(self) -> None:
-        """one_step_off: the samples in flight finish under the weights they began with."""
+        """Without in-flight updates (one_step_off, a fixed schedule): the samples in flight
+        finish under the weights they began with."""
         if not self.in_flight_updates:
             for step in sorted(set(self.prompts) - set(self.finished)):
                 self.finished[step] = self.rollout.take_rollouts(_tag(step))

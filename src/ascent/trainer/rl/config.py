@@ -184,6 +184,20 @@ class RLTrainerSettings(RunSettings):
     log_generations: int = Field(
         4, ge=0, description="Generations per step written to generations.jsonl."
     )
+    collapse_steps: int = Field(
+        10,
+        ge=0,
+        description="Warn when this many steps in a row had no learning signal (every "
+        "prompt's samples scored the same) or, in agent runs, a tool-error rate above "
+        "collapse_tool_error_rate; 0: never.",
+    )
+    collapse_tool_error_rate: float = Field(
+        0.5, ge=0, le=1, description="Agent runs: the share of failed tool calls that counts."
+    )
+    stop_on_collapse: bool = Field(
+        False,
+        description="End the run (checkpoint saved, exit status 3) when that warning fires.",
+    )
     mode: Literal["sync", "one_step_off", "async"] = Field(
         "sync",
         description="sync: generate, then train, in turn. one_step_off: step t+1's rollouts "
@@ -203,6 +217,14 @@ class RLTrainerSettings(RunSettings):
         description="async: responses in flight at an update go on under the new weights "
         "(tokens record their versions); false: they are dropped and restarted from their "
         "prompts under the new weights (no response mixes versions).",
+    )
+    async_schedule: Literal["timing", "fixed"] = Field(
+        "timing",
+        description="one_step_off / async: timing: steps start, and weights enter the "
+        "engine, as soon as the bound allows (which weights sample a token depends on "
+        "timing). fixed: step t is sampled wholly by weight version max(0, t - k) (k: 1, or "
+        "max_staleness), each step's prompts as one batch, new weights loaded between "
+        "batches: two runs with one seed give the same metrics (native engine).",
     )
     dump_rollouts: str | None = Field(None, description="Save each step's scored batch here.")
     replay_rollouts: str | None = Field(None, description="Train on saved batches, no generation.")

@@ -33,6 +33,7 @@ from ascent.trainer.checkpoints import Checkpoints
 from ascent.trainer.faults import NonFiniteGuard
 from ascent.trainer.rl.advantage import AdvantageStage
 from ascent.trainer.rl.ahead import RolloutsAhead, staleness_metrics, step_seed
+from ascent.trainer.rl.collapse import CollapseWatch
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.plan import make_plan
 from ascent.trainer.rl.rewards import RunRewards
@@ -99,6 +100,9 @@ class RLRun:
         )
         self.weight_version = self.begin.state.get("weight_version", 0)  # updates it has seen
         self.nonfinite = NonFiniteGuard(cfg.max_consecutive_nonfinite, self.run_dir / "nonfinite")
+        self.collapse = CollapseWatch(
+            cfg.collapse_steps, cfg.collapse_tool_error_rate, cfg.stop_on_collapse
+        )
         self.groups = spawn_roles(config, self.plan)
         self.actor, self.rollout = self.groups["actor"], self.groups["rollout"]
         self.critic, self.reference = self.groups.get("critic"), self.groups.get("reference")
@@ -127,6 +131,7 @@ class RLRun:
         self.version_offset = 0  # trainer's weight version - the rollout engine's
         self.start_step = self.saved_step = self._resume()
         if cfg.mode != "sync":
+            fixed = cfg.async_schedule == "fixed"
             self.ahead = RolloutsAhead(
                 self.rollout,
                 self.stream,
@@ -135,7 +140,8 @@ class RLRun:
                 total_steps=self.total_steps,
                 seed=cfg.seed,
                 max_staleness=1 if cfg.mode == "one_step_off" else cfg.max_staleness,
-                in_flight_updates=cfg.mode == "async",
+                in_flight_updates=cfg.mode == "async" and not fixed,
+                whole_batches=fixed,
             )
             self.ahead.start(self.start_step, self.begin.checkpoint)
 
@@ -371,6 +377,7 @@ class RLRun:
             "data": self.stream.state(),
             "weight_version": self.weight_version,
             "nonfinite": self.nonfinite.state_dict(),
+            "collapse": self.collapse.state_dict(),
             "tracking": self.tracker.run_ids(),
         }
         if self.algorithm.controller is not None:
@@ -391,6 +398,8 @@ class RLRun:
             self.algorithm.controller.load_state_dict(state["kl_controller"])
         if "nonfinite" in state:
             self.nonfinite.load_state_dict(state["nonfinite"])
+        if "collapse" in state:
+            self.collapse.load_state_dict(state["collapse"])
         self.sync_rollout(updated=False)
         restore_rng(checkpoint, self.process_pools)  # after the sync, which may draw
         print(f"resumed from {checkpoint} at step {state['step']}")

@@ -4,7 +4,6 @@ the next good request is served, ``/health`` stays "ok", and SIGTERM still stops
 in seconds, even with a long generation in flight."""
 
 import signal
-import sys
 import threading
 import time
 
@@ -12,26 +11,14 @@ import httpx
 import openai
 import pytest
 
-from ascent.rollout.server_process import ServerProcess, free_port
 from ascent.serve.main import GRACE_S
 
 pytestmark = pytest.mark.integration
 ANSWER_WITHIN_S = 10  # every bad request is answered at once; a hang fails the test here
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model, tmp_path_factory):
-    port = free_port()
-    command = [sys.executable, "-m", "ascent", "serve", tiny_model, "--port", str(port)]
-    command += ["--max-model-len", "512", "--max-num-seqs", "16", "--served-model-name", "tiny"]
-    process = ServerProcess(command, port, tmp_path_factory.mktemp("serve") / "server.log")
-    process.start(timeout=120)
-    yield process
-    process.stop()
-
-
-def post(server, route, **kwargs):
-    return httpx.post(f"{server.url}{route}", timeout=ANSWER_WITHIN_S, **kwargs)
+def post(served, route, **kwargs):
+    return httpx.post(f"{served.url}{route}", timeout=ANSWER_WITHIN_S, **kwargs)
 
 
 def completion(**fields):
@@ -52,25 +39,25 @@ BAD_COMPLETIONS = [  # (body, status, words the message must contain)
 ]
 
 
-def test_each_bad_request_is_answered_and_the_next_good_one_is_served(server):
+def test_each_bad_request_is_answered_and_the_next_good_one_is_served(served):
     for body, status, words in BAD_COMPLETIONS:
-        answer = post(server, "/v1/completions", json=body)
+        answer = post(served, "/v1/completions", json=body)
         assert answer.status_code == status, (body, answer.text)
         message = answer.json()["error"]["message"]
         assert all(word in message for word in words), message
-        good = post(server, "/v1/completions", json=completion(prompt=[5, 6], temperature=0))
+        good = post(served, "/v1/completions", json=completion(prompt=[5, 6], temperature=0))
         assert good.status_code == 200 and len(good.json()["choices"][0]["token_ids"]) == 4
     chat = {"model": "tiny", "messages": [], "max_tokens": 4}
-    assert post(server, "/v1/chat/completions", json=chat).status_code == 400
-    bad_json = post(server, "/v1/completions", content=b"{not json")
+    assert post(served, "/v1/chat/completions", json=chat).status_code == 400
+    bad_json = post(served, "/v1/completions", content=b"{not json")
     assert bad_json.status_code == 400 and "JSON" in bad_json.json()["error"]["message"]
-    health = httpx.get(f"{server.url}/health", timeout=ANSWER_WITHIN_S)
+    health = httpx.get(f"{served.url}/health", timeout=ANSWER_WITHIN_S)
     assert health.status_code == 200 and health.json()["status"] == "ok"
     assert health.json()["failed_steps"] == 0, "no bad request reached the engine"
 
 
-def test_the_official_client_gets_typed_errors(server):
-    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
+def test_the_official_client_gets_typed_errors(served):
+    client = openai.OpenAI(base_url=f"{served.url}/v1", api_key="none", max_retries=0)
     with pytest.raises(openai.NotFoundError, match="serves 'tiny'"):
         client.completions.create(model="other", prompt="x")
     with pytest.raises(openai.BadRequestError, match="vocabulary size"):
@@ -78,16 +65,16 @@ def test_the_official_client_gets_typed_errors(server):
     assert client.completions.create(model="tiny", prompt="x", max_tokens=2).choices
 
 
-def test_sigterm_stops_the_server_with_a_generation_in_flight(server):
-    """Runs last in this module: it stops the server."""
+def test_sigterm_stops_the_server_with_a_generation_in_flight(served):
+    """Runs last in this module: it stops the module's server (conftest.py)."""
     body = completion(prompt=[5, 6], max_tokens=500, temperature=1.0, stream=True)
     streaming = threading.Thread(
-        target=lambda: httpx.post(f"{server.url}/v1/completions", json=body, timeout=60),
+        target=lambda: httpx.post(f"{served.url}/v1/completions", json=body, timeout=60),
         daemon=True,
     )
     streaming.start()
     time.sleep(1.0)  # the stream is decoding
     began = time.monotonic()
-    server.process.send_signal(signal.SIGTERM)
-    server.process.wait(timeout=GRACE_S + 10)
+    served.process.send_signal(signal.SIGTERM)
+    served.process.wait(timeout=GRACE_S + 10)
     assert time.monotonic() - began < GRACE_S + 10

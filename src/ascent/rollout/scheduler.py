@@ -20,6 +20,8 @@ exception propagates to whoever called ``step``, and the scheduler serves the re
 
 import math
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -108,12 +110,19 @@ class Scheduler:
         self._admit()
         if self.rows:
             running = len(self.rows)
-            try:
+            with self._running_batch_fails():
                 logits = self.engine.decode(self.last[:running], self.position[:running])
                 self._record(torch.arange(running, device=self.engine.device), logits)
-            except Exception as error:
-                self.fail([request for request, _ in self.rows], error)
-                raise
+
+    @contextmanager
+    def _running_batch_fails(self) -> Iterator[None]:
+        """Whatever raises inside fails every running request (its cache rows may be half
+        written), and propagates."""
+        try:
+            yield
+        except Exception as error:
+            self.fail([request for request, _ in self.rows], error)
+            raise
 
     def _admit(self) -> None:
         """Move waiting samples into free slots (prefilling prompts as needed) and draw their
@@ -139,11 +148,8 @@ class Scheduler:
                 del self.prefixes[id(request)]
         if logits:  # every admitted sample draws its first token from its prompt's logits
             rows = torch.arange(first, len(self.rows), device=self.engine.device)
-            try:
+            with self._running_batch_fails():
                 self._record(rows, torch.stack(logits))
-            except Exception as error:
-                self.fail([request for request, _ in self.rows], error)
-                raise
         if failure is not None:
             raise failure
 

@@ -34,3 +34,36 @@ def test_the_score_is_the_final_answer_and_says_whether_the_tool_was_used():
     # A second call instead of an answer: the tool's output is not the model's answer.
     again = f"{tool_call((123, 45))}\ntool\n5535\nassistant\n{tool_call((123, 45))}"
     assert compute_score("multiply_tool", again, "5535")["acc"] == 0.0
+
+
+def test_the_warm_start_teaches_calling_well_more_than_calling_first():
+    """Half the demonstrations use the tool and train the whole call and the copy, but only a
+    fifth of those train the call's opening token: what the model learns to prefer first is
+    0.1 calls against 0.5 direct answers."""
+    from ascent.quickstart.tools_warm_start import OPENING_TRAINED, TOOL_SHARE, demonstrations
+
+    tokenizer = build_byte_tokenizer()
+    pairs = [(100 + i, 10 + i % 90) for i in range(2000)]
+    examples = demonstrations(tokenizer, pairs, seed=0, count=2000)
+    opening = tokenizer("<", add_special_tokens=False)["input_ids"][0]
+    tool, opened = 0, 0
+    for example in examples:
+        trained = [t for t, m in zip(example.input_ids, example.loss_mask, strict=True) if m]
+        if "<tool_call>" not in tokenizer.decode(example.input_ids):
+            assert opening not in trained
+            continue
+        tool += 1
+        opened += trained[0] == opening
+        assert tokenizer.decode(trained).lstrip("<").startswith("tool_call>{")
+    assert abs(tool / len(examples) - TOOL_SHARE) < 0.05
+    assert abs(opened / tool - OPENING_TRAINED) < 0.05
+
+
+def test_the_competence_prompts_force_each_half_of_the_tool_path():
+    from ascent.quickstart.tools_warm_start import forced_prompts
+
+    tokenizer = build_byte_tokenizer()
+    call, copy = (tokenizer.decode(ids) for ids in forced_prompts(tokenizer, (123, 45)))
+    assert call.endswith("123*45=<|im_end|>\n<|im_start|>assistant\n<tool_call>")
+    assert copy.endswith("<|im_start|>tool\n5535<|im_end|>\n<|im_start|>assistant\n")
+    assert tool_call((123, 45)) in copy

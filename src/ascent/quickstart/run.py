@@ -5,6 +5,7 @@ report held-out accuracy before and after RL, scored by the same validation code
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ascent.config import load_config
@@ -76,13 +77,11 @@ def fresh_output(out_dir: str) -> Path:
     return out
 
 
-def prepare(seed: int, out: Path, sft_target: float = 0.3) -> tuple[str, dict[str, str], dict, int]:
-    """The task's data and the SFT warm start in ``out``: returns the warm model's
-    directory, the RL data files (train, held_out), the warm start's summary and the
-    number of held-out problems."""
+def fresh_models(out: Path, seed: int) -> Callable[[int], str]:
+    """``base_model(attempt)`` for ``warm_start``: writes a fresh ~1M-parameter model (attempt
+    0 initialised from the run's seed) under ``out`` and returns its directory."""
 
     def base_model(attempt: int) -> str:
-        """A fresh ~1M-parameter model; attempt 0 is initialised from the run's seed."""
         directory = out / ("base" if attempt == 0 else f"base_{attempt}")
         return str(
             build_tiny_model(
@@ -94,13 +93,23 @@ def prepare(seed: int, out: Path, sft_target: float = 0.3) -> tuple[str, dict[st
             )
         )
 
+    return base_model
+
+
+def prepare(seed: int, out: Path, sft_target: float = 0.3) -> tuple[str, dict[str, str], dict, int]:
+    """The task's data and the SFT warm start in ``out``: returns the warm model's
+    directory, the RL data files (train, held_out), the warm start's summary and the
+    number of held-out problems."""
+
     train, dev, held_out = split_pairs(seed)
     print(
         f"task: a+b, two-digit; {len(train)} training, {len(dev)} development, "
         f"{len(held_out)} held-out problems"
     )
 
-    warm = warm_start(base_model, out / "sft", train, dev, seed=seed, target=sft_target)
+    warm = warm_start(
+        fresh_models(out, seed), out / "sft", train, dev, seed=seed, target=sft_target
+    )
     restarted = f" (attempt {warm['attempts']})" if warm["attempts"] > 1 else ""
     print(
         f"SFT warm start: {warm['steps']} steps{restarted}, development accuracy "

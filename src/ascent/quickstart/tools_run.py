@@ -1,78 +1,27 @@
 """``ascent quickstart --task tools``: a tiny model learns to use a calculator tool.
 
-SFT warm start on demonstrations of which a quarter call ``multiply`` and copy its answer
-and the rest answer directly (right, but the model cannot learn to multiply), for a fixed
-number of steps; then multi-turn GRPO (``rollout.agent``) with the tool. After the warm start
-the model answers directly when decoding greedily (and mostly wrong): RL has to find that the
-tool pays. Reports held-out accuracy and the share of answers that used the tool, before and
-after RL.
+An SFT warm start on demonstrations (``tools_warm_start``) that runs until the model can
+call the tool and copy its answer, measured, with a fresh initialisation when an attempt
+stalls; then multi-turn GRPO (``rollout.agent``) with the tool. After the warm start the
+model, decoding greedily, mostly answers directly (and wrong: it cannot multiply): RL has to
+find that the tool pays. Reports held-out accuracy and the share of answers that used the
+tool, before and after RL; a run with no learning signal for 25 steps stops and says so.
 """
 
 import json
-import random
 import time
 from pathlib import Path
 
-from ascent.data.chat import render_chat
-from ascent.data.rl import RLPrompt, prompts_batch
-from ascent.data.sft import chat_example
-from ascent.models import build_tiny_model
-from ascent.quickstart.run import fresh_output, rl_config
-from ascent.quickstart.tools_task import (
-    SOURCE,
-    compute_score,
-    demonstration,
-    question,
-    split_pairs,
-    write_rl_rows,
-)
-from ascent.quickstart.warm_start import WarmStartTask, train_until
-from ascent.rollout.types import response_lengths
+from ascent.quickstart.run import fresh_models, fresh_output, rl_config
+from ascent.quickstart.tools_task import SOURCE, split_pairs, write_rl_rows
+from ascent.quickstart.tools_warm_start import COMPETENCE, TOOLS_WARM_START
+from ascent.quickstart.warm_start import warm_start
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.loop import train_rl
 
 TOOL = "ascent.quickstart.tools_task:multiply"
-AGENT = {"tools": [TOOL], "tools_in_prompt": False, "max_turns": 2}
 ACCURACY, USED_TOOLS = f"val/{SOURCE}/acc", "val/agent/used_tools"
 RESPONSE_TOKENS = 112
-
-
-TOOL_SHARE = 0.25  # of the demonstrations
-
-
-def demonstrations(tokenizer: object, pairs: list, seed: int = 0, count: int = 4000) -> list:
-    """``count`` demonstrations, a ``TOOL_SHARE`` of them with the tool."""
-    rng = random.Random(seed)
-    chosen = rng.sample(pairs, count)
-    every = round(1 / TOOL_SHARE)
-    return [chat_example(tokenizer, demonstration(p, i % every == 0)) for i, p in enumerate(chosen)]
-
-
-def tool_accuracy(rollout: object, tokenizer: object, pairs: list) -> float:
-    """Greedy episodes (the tool runs) on ``pairs``; the share answered right."""
-    prompts = []
-    for pair in pairs:
-        messages = question(pair)
-        text = render_chat(tokenizer, messages, generation=True)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        prompts.append(RLPrompt(ids, SOURCE, str(pair[0] * pair[1]), {}, None, messages))
-    out = rollout.generate(
-        prompts_batch(prompts, tokenizer.pad_token_id, "dev"), sampling={"n": 1, "temperature": 0.0}
-    )
-    lengths = response_lengths(out).tolist()
-    right = 0
-    for row, length in enumerate(lengths):
-        text = tokenizer.decode(out["responses"][row][:length].tolist(), skip_special_tokens=True)
-        truth = out["ground_truth"][row]
-        right += compute_score(SOURCE, text, truth)["acc"]
-    return right / len(lengths)
-
-
-TOOLS_TASK = WarmStartTask(
-    examples=demonstrations,
-    accuracy=tool_accuracy,
-    rollout={"agent": AGENT, "max_model_len": 160, "sampling": {"max_new_tokens": RESPONSE_TOKENS}},
-)
 
 
 def tools_rl_config(
@@ -95,6 +44,9 @@ def tools_rl_config(
         "rollout.agent.max_turns=2",
         "reward.function=ascent.quickstart.tools_task:compute_score",
         "tracking.console_keys=[critic/score/mean, agent/used_tools, val/, timing_s/step]",
+        # A run whose samples all score alike for 25 steps has collapsed: stop and say so.
+        "trainer.collapse_steps=25",
+        "trainer.stop_on_collapse=true",
     )
     return rl_config(model_dir, data, out, seed, steps, lr, (*episodes, *overrides))
 
@@ -104,37 +56,32 @@ def run_tools_quickstart(
     out_dir: str = "runs/quickstart-tools",
     steps: int = 100,
     lr: float = 4e-4,
-    sft_steps: int = 250,
     sft_lr: float = 1e-3,
     overrides: tuple[str, ...] = (),
     held_out_problems: int = 500,
 ) -> int:
     """Runs everything; returns 0 when RL raised held-out accuracy by at least 30 points.
-    (The learning test runs a shorter version: fewer steps, fewer held-out problems.)"""
+    ``held_out_problems`` and ``steps`` shorten it."""
     began = time.perf_counter()
     out = fresh_output(out_dir)
-
-    base = build_tiny_model(
-        out / "base", hidden_size=128, layers=4, intermediate_size=512, seed=seed
-    )
     train, dev, held_out = split_pairs(seed, held_out=held_out_problems)
     print(f"task: a*b (3 x 2 digits) with a multiply tool; {len(held_out)} held-out problems")
-    sft_began = time.perf_counter()
-    warm = train_until(
-        str(base),
+    warm = warm_start(
+        fresh_models(out, seed),
         out / "sft",
         train,
         dev,
         seed=seed,
-        target=2.0,  # never: a fixed number of steps, checked once at the end
-        max_steps=sft_steps,
-        check_every=sft_steps,
+        target=COMPETENCE,
+        plateau_steps=600,
+        max_steps=1000,
+        check_every=50,
         lr=sft_lr,
-        task=TOOLS_TASK,
+        task=TOOLS_WARM_START,
     )
-    warm["seconds"] = time.perf_counter() - sft_began
+    restarted = f" (attempt {warm['attempts']})" if warm["attempts"] > 1 else ""
     print(
-        f"SFT warm start: {warm['steps']} steps, development accuracy "
+        f"SFT warm start: {warm['steps']} steps{restarted}, forced call and copy accuracy "
         f"{warm['dev_accuracy']:.0%} ({warm['seconds']:.0f} s)"
     )
     data_dir = out / "data"
@@ -155,6 +102,7 @@ def run_tools_quickstart(
         "held_out_problems": len(held_out),
         "seed": seed,
         "sft": warm,
+        "collapsed": result["collapsed"],
         "held_out_accuracy": [(step, m[ACCURACY], m[USED_TOOLS]) for step, m in history],
         "seconds": time.perf_counter() - began,
     }
@@ -166,4 +114,7 @@ def run_tools_quickstart(
         f"{summary['tool_use_before']:.0%} -> {summary['tool_use_after']:.0%}; "
         f"{summary['seconds']:.0f} s in all"
     )
+    if result["collapsed"]:
+        print(f"the run stopped learning: {result['collapsed']}")
+        return 1
     return 0 if summary["gain_points"] >= 30 else 1

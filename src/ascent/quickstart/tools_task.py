@@ -8,8 +8,8 @@ answer with the number it got back.
     assistant:  5535
 
 Pairs are split once (seeded) into held-out, development and training sets. The SFT warm
-start sees a few demonstrations, half of them using the tool and half answering directly (so
-the model starts out using the tool only some of the time); RL rewards a right final answer.
+start (``tools_warm_start``) learns from demonstrations with and without the tool; RL rewards
+a right final answer.
 The chat template is not shown the tool's schema (``rollout.agent.tools_in_prompt=false``):
 the model learns the one tool from the demonstrations, and prompts stay short.
 """

@@ -42,6 +42,7 @@ class WarmStartTask:
     examples: Callable[[object, list], list[SFTExample]]
     accuracy: Callable[[object, object, list], float]
     rollout: dict = field(default_factory=dict)
+    measure: str = "development accuracy"  # what ``accuracy`` is called in the log
 
 
 def greedy_accuracy(rollout: object, tokenizer: object, pairs: list[Pair]) -> float:
@@ -86,6 +87,7 @@ def warm_start(
     max_steps: int = 2000,
     batch_size: int = 64,
     lr: float = 1e-3,
+    check_every: int = 10,
     task: WarmStartTask = ADDITION,
 ) -> dict:
     """``base_model(attempt)`` writes a freshly initialised model and returns its directory
@@ -104,14 +106,15 @@ def warm_start(
             max_steps=max_steps if last else plateau_steps,
             batch_size=batch_size,
             lr=lr,
+            check_every=check_every,
             task=task,
         )
         if result["dev_accuracy"] >= target or last:
             break
         print(
-            f"  SFT: development accuracy {result['dev_accuracy']:.0%} after {plateau_steps} "
-            f"steps (a plateau this small model sometimes sits on, and leaves over-confident); "
-            f"starting again from a new initialisation",
+            f"  SFT: {result['dev_accuracy']:.0%} after {plateau_steps} steps, short of "
+            f"{target:.0%} (a plateau this small model sometimes sits on); starting again "
+            "from a new initialisation",
             flush=True,
         )
     return {**result, "attempts": attempt + 1, "seconds": time.perf_counter() - began}
@@ -165,7 +168,7 @@ def train_until(
             if step % check_every == 0:
                 rollout.sync_from_colocated("sft")
                 accuracy = task.accuracy(rollout, tokenizer, dev)
-                print(f"  SFT step {step}: development accuracy {accuracy:.0%}", flush=True)
+                print(f"  SFT step {step}: {task.measure} {accuracy:.0%}", flush=True)
                 if accuracy >= target:
                     break
         sft.export(str(out_dir))

@@ -60,8 +60,8 @@ def run_tools_quickstart(
     overrides: tuple[str, ...] = (),
     held_out_problems: int = 500,
 ) -> int:
-    """Runs everything; returns 0 when RL raised held-out accuracy by at least 30 points.
-    ``held_out_problems`` and ``steps`` shorten it."""
+    """Runs everything; returns 0 when RL raised held-out accuracy by at least 30 points, 1
+    when it did not or the run collapsed. ``held_out_problems`` and ``steps`` shorten it."""
     began = time.perf_counter()
     out = fresh_output(out_dir)
     train, dev, held_out = split_pairs(seed, held_out=held_out_problems)

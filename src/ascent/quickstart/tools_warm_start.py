@@ -55,14 +55,8 @@ def demonstrations(tokenizer: object, pairs: list[Pair], seed: int = 0, count: i
             continue
         example = chat_example(tokenizer, demonstration(pair, True))
         if rng.random() >= OPENING_TRAINED:
-            opening = len(
-                tokenizer(
-                    render_chat(tokenizer, question(pair), generation=True),
-                    add_special_tokens=False,
-                )["input_ids"]
-            )
             mask = list(example.loss_mask)
-            mask[opening] = 0
+            mask[mask.index(1)] = 0  # the first trained token opens the call
             example = replace(example, loss_mask=mask)
         examples.append(example)
     return examples

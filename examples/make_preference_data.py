@@ -10,7 +10,10 @@ writes, relative to the current directory (or --root):
                             tokenizer and a ChatML-style chat template
   data/prefs_train.jsonl    4,000 pairs: the user says "say <4 letters>", two responses of
   data/prefs_val.jsonl      1-8 characters; chosen is the one with the larger share of
-                            digits (the hidden rule; ties are not drawn); 256 held-out pairs
+                            digits (the hidden rule; ties are not drawn); 256 held-out pairs.
+                            A third of the responses mix digits with what an untrained
+                            byte-level policy writes (invalid bytes, control characters), so
+                            the reward model has seen it
   data/digits_prompts.jsonl RL prompts of the same form (verl schema), scored for the record
                             by that rule, to train a policy against the reward model
 Nothing is downloaded. With real data, point model.path and data.* at your own instead.
@@ -23,7 +26,11 @@ from pathlib import Path
 
 from ascent.models import build_tiny_model
 
-OTHERS = "abcdefghijklmnopqrstuvwxyz ABCDEFGH.,!?-_+=()\ufffd"
+READABLE = "abcdefghijklmnopqrstuvwxyz ABCDEFGH.,!?-_+=()"
+# What a byte-level policy emits before it learns anything: bytes that are not UTF-8 (decoded
+# as U+FFFD, three bytes for the reward model) and control characters. A reward model that
+# never saw them scores them at random, and PPO finds the ones it scores like digits.
+UNREADABLE = "\ufffd" * 8 + "".join(map(chr, range(32)))
 
 
 def digit_share(text: str) -> float:
@@ -38,10 +45,12 @@ def compute_score(data_source, solution_str, ground_truth, extra_info):
 
 
 def _response(draw: random.Random) -> str:
-    """1-8 characters, each a digit with a probability drawn per response."""
+    """1-8 characters, each a digit with a probability drawn per response; the others are
+    readable in two responses of three, unreadable in the third."""
     p = draw.random()
+    others = UNREADABLE if draw.random() < 1 / 3 else READABLE
     return "".join(
-        draw.choice("0123456789") if draw.random() < p else draw.choice(OTHERS)
+        draw.choice("0123456789") if draw.random() < p else draw.choice(others)
         for _ in range(draw.randint(1, 8))
     )
 

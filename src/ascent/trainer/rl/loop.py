@@ -80,7 +80,7 @@ def train_rl(config: RLConfig) -> dict:
                     with run.timer("validation"):
                         history.append((done, run.validate()))
                     metrics |= history[-1][1]
-                run.timings["timing_s/step"] = time.perf_counter() - began
+                run.timer.add("step", time.perf_counter() - began)
                 # Records before the checkpoint: a crash between the two loses no step's
                 # records (a resume drops those after its checkpoint). The save's seconds
                 # are logged with the next step.

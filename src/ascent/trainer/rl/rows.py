@@ -1,0 +1,45 @@
+"""What a rollout row is: one sampled response (here), or one turn of an agent's episode
+(``ascent.agents.rows.EpisodeRows``). The run asks the row kind, chosen once at start, instead
+of testing the batch: how to check prompts, what to measure after generation, what scoring
+leaves behind, which rows validation reads, how group statistics weigh rows."""
+
+from typing import Any
+
+import torch
+
+from ascent.batch import Batch
+from ascent.data.rl import PromptCheck
+
+
+class SampleRows:
+    """Each row is one response to its prompt: nothing to add."""
+
+    def prompt_check(self) -> PromptCheck | None:
+        return None
+
+    def generated_metrics(self, batch: Batch) -> dict[str, float]:
+        return {}
+
+    def after_scoring(self, batch: Batch) -> Batch:
+        return batch
+
+    def score_validation(self, batch: Batch, prompts: int, rewards: Any) -> tuple[Batch, dict]:
+        """The scored rows of the first ``prompts`` prompts (the rest pad the batch to the
+        ranks) and the scorers' failure counts."""
+        return rewards.score(batch.index(slice(0, prompts)))
+
+    def validation_metrics(self, scored: Batch) -> dict[str, float]:
+        return {}
+
+    def sample_weights(self, batch: Batch) -> torch.Tensor | None:
+        return None
+
+
+def row_kind(agent: object | None) -> Any:
+    """The rows an RL run's rollouts have: episode turns with ``rollout.agent``, else
+    samples."""
+    if agent is None:
+        return SampleRows()
+    from ascent.agents.rows import EpisodeRows  # agents load only for agent runs
+
+    return EpisodeRows(agent)

@@ -61,12 +61,24 @@ class NativeEngine:
             device=self.device,
             memory_bytes=kv_cache_bytes,
         )
-        self.weight_version = 0
         self.use_cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs = None
         self.generator = torch.Generator(device=self.device)  # for requests without a seed
         self.generator.seed()
-        self.scheduler = Scheduler(self)
+        self.scheduler = Scheduler(
+            self.cache,
+            self.runner.prefill,
+            lambda tokens, positions: self.decode(tokens, positions),  # looked up per step
+            max_model_len=max_model_len,
+            max_prefill_tokens=max_prefill_tokens,
+            generator=self.generator,
+            tokenizer=tokenizer,
+        )
+
+    @property
+    def weight_version(self) -> int:
+        """The version of the weights loaded: tokens sampled from now on record it."""
+        return self.scheduler.weight_version
 
     # -- memory and weights -------------------------------------------------------------
 
@@ -156,7 +168,17 @@ class NativeEngine:
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
+    @property
+    def running(self) -> int:
+        """Sequences in the running batch."""
+        return self.scheduler.running
+
     def abort(self, request: EngineRequest) -> None:
+        self.scheduler.abort(request)
+
+    def discard(self, request: EngineRequest) -> None:
+        """Finish, as aborted, a request that was never queued (each sample empty)."""
+        self.scheduler.add(request)
         self.scheduler.abort(request)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
@@ -208,5 +230,5 @@ class WeightUpdate:
         missing = sorted(set(self.params) - self.seen)
         if missing:
             raise ValueError(f"weights missing for {len(missing)} parameters, e.g. {missing[:3]}")
-        self.engine.weight_version += 1
+        self.engine.scheduler.weight_version += 1
         return self.engine.weight_version

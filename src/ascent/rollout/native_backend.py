@@ -188,8 +188,9 @@ class NativeBackend(RolloutBackend):
     def _abort(self, request: EngineRequest) -> None:
         if request in self._held:
             self._held.remove(request)
-            self.engine.scheduler.add(request)
-        self.engine.abort(request)
+            self.engine.discard(request)
+        else:
+            self.engine.abort(request)
 
     def generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
         if self._thread is None:
@@ -278,7 +279,7 @@ class NativeBackend(RolloutBackend):
             "status": "degraded" if self.failing_steps >= DEGRADED_AFTER else "ok",
             "last_error": None if self.last_error is None else repr(self.last_error),
             "failed_steps": self.failed_steps,
-            "running": self.engine.scheduler.running,
+            "running": self.engine.running,
             "paused": self._paused,
             "weight_version": self.engine.weight_version,
         }

@@ -20,20 +20,20 @@ exception propagates to whoever called ``step``, and the scheduler serves the re
 
 import math
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
+from ascent.rollout.kv_cache import SlotCache
 from ascent.rollout.requests import EngineRequest
 from ascent.rollout.sampling import sample
 from ascent.rollout.types import Sample
 
-if TYPE_CHECKING:
-    from ascent.rollout.engine import NativeEngine
+Prefill = Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]  # (ids, lengths) -> l, k, v
+Decode = Callable[[Tensor, Tensor], Tensor]  # (tokens (B,), positions (B,)) -> logits (B, V)
 
 
 @dataclass
@@ -47,9 +47,28 @@ class _Prefix:
 
 
 class Scheduler:
-    def __init__(self, engine: "NativeEngine") -> None:
-        self.engine = engine
-        slots, width, device = engine.cache.slots, engine.max_model_len, engine.device
+    """The running batch over ``cache``'s slots. It is given what it uses: ``prefill``
+    (prompts -> last logits, keys, values), ``decode`` (one step of the running slots), the
+    limits, the default random stream, a tokenizer for stop strings, and ``weight_version``,
+    which the engine sets on each refresh and every token records."""
+
+    def __init__(
+        self,
+        cache: SlotCache,
+        prefill: Prefill,
+        decode: Decode,
+        *,
+        max_model_len: int,
+        max_prefill_tokens: int,
+        generator: torch.Generator,
+        tokenizer: object | None,
+    ) -> None:
+        self.cache, self.prefill_model, self.decode_model = cache, prefill, decode
+        self.max_model_len, self.max_prefill_tokens = max_model_len, max_prefill_tokens
+        self.generator, self.tokenizer = generator, tokenizer
+        self.weight_version = 0
+        slots, width, device = cache.slots, max_model_len, cache.device
+        self.device = device
         self.tokens = torch.zeros(slots, width, dtype=torch.long, device=device)
         self.log_probs = torch.zeros(slots, width, dtype=torch.float32, device=device)
         self.versions = torch.zeros(slots, width, dtype=torch.int32, device=device)
@@ -111,8 +130,8 @@ class Scheduler:
         if self.rows:
             running = len(self.rows)
             with self._running_batch_fails():
-                logits = self.engine.decode(self.last[:running], self.position[:running])
-                self._record(torch.arange(running, device=self.engine.device), logits)
+                logits = self.decode_model(self.last[:running], self.position[:running])
+                self._record(torch.arange(running, device=self.device), logits)
 
     @contextmanager
     def _running_batch_fails(self) -> Iterator[None]:
@@ -127,7 +146,7 @@ class Scheduler:
     def _admit(self) -> None:
         """Move waiting samples into free slots (prefilling prompts as needed) and draw their
         first tokens; a failed prefill is raised once the others are admitted."""
-        slots, first = self.engine.cache.slots, len(self.rows)
+        slots, first = self.cache.slots, len(self.rows)
         logits, failure = [], None
         while len(self.rows) < slots and (self.waiting or self.pending):
             if not self.waiting:
@@ -139,7 +158,7 @@ class Scheduler:
             request, sample_index = self.waiting.popleft()
             prefix = self.prefixes[id(request)]
             slot = len(self.rows)
-            self.engine.cache.write_prefix(slot, prefix.keys, prefix.values)
+            self.cache.write_prefix(slot, prefix.keys, prefix.values)
             self._start_slot(slot, request)
             self.rows.append((request, sample_index))
             logits.append(prefix.logits)
@@ -147,7 +166,7 @@ class Scheduler:
             if prefix.remaining == 0:
                 del self.prefixes[id(request)]
         if logits:  # every admitted sample draws its first token from its prompt's logits
-            rows = torch.arange(first, len(self.rows), device=self.engine.device)
+            rows = torch.arange(first, len(self.rows), device=self.device)
             with self._running_batch_fails():
                 self._record(rows, torch.stack(logits))
         if failure is not None:
@@ -157,7 +176,7 @@ class Scheduler:
         prompt_length = len(request.prompt)
         self.prompt_length[slot] = prompt_length
         self.length[slot] = 0  # the slot may still hold a retired sequence's count
-        room = self.engine.max_model_len - prompt_length
+        room = self.max_model_len - prompt_length
         self.limit[slot] = min(request.params.max_new_tokens, room)
         stop_ids = request.params.stop_token_ids
         if len(stop_ids) > self.stop_table.shape[1]:
@@ -176,7 +195,7 @@ class Scheduler:
         for request in self.pending:
             if len(chosen) == max(count, 1):
                 break
-            if chosen and tokens + len(request.prompt) > self.engine.max_prefill_tokens:
+            if chosen and tokens + len(request.prompt) > self.max_prefill_tokens:
                 break
             chosen.append(request)
             tokens += len(request.prompt)
@@ -201,12 +220,12 @@ class Scheduler:
         return first_error
 
     def _prefill_together(self, chosen: list[EngineRequest]) -> None:
-        device = self.engine.device
+        device = self.device
         lengths = torch.tensor([len(r.prompt) for r in chosen], device=device)
         ids = torch.zeros(len(chosen), int(lengths.max()), dtype=torch.long, device=device)
         for row, request in enumerate(chosen):
             ids[row, : lengths[row]] = torch.tensor(request.prompt, device=device)
-        logits, keys, values = self.engine.runner.prefill(ids, lengths)
+        logits, keys, values = self.prefill_model(ids, lengths)
         for row, request in enumerate(chosen):
             length = int(lengths[row])
             self.prefixes[id(request)] = _Prefix(
@@ -219,7 +238,7 @@ class Scheduler:
     def _sample(self, rows: Tensor, row_list: list[int], logits: Tensor) -> tuple[Tensor, Tensor]:
         """One batched draw per group of rows sharing sampling settings and random stream
         (a single group in the common case: one caller, or callers with default settings)."""
-        default = self.engine.generator
+        default = self.generator
         requests = [self.rows[r][0] for r in row_list]
         keys = [r.sampling_key(default) for r in requests]
         if len(set(keys)) == 1:
@@ -241,7 +260,7 @@ class Scheduler:
         length = self.length[rows]
         self.tokens[rows, length] = tokens
         self.log_probs[rows, length] = log_probs
-        self.versions[rows, length] = self.engine.weight_version
+        self.versions[rows, length] = self.weight_version
         prompt_lengths = self.prompt_length[rows]
         self.position[rows] = torch.where(length == 0, prompt_lengths, self.position[rows] + 1)
         self.length[rows] = length + 1
@@ -255,7 +274,7 @@ class Scheduler:
             for i in streaming:
                 request, sample_index = self.rows[row_list[i]]
                 request.on_token(
-                    sample_index, token_list[i], log_prob_list[i], self.engine.weight_version
+                    sample_index, token_list[i], log_prob_list[i], self.weight_version
                 )
         string_rows = [r for r in row_list if self.rows[r][0].params.stop]
         if string_rows:
@@ -273,7 +292,7 @@ class Scheduler:
         tail = max(len(s) for s in stops) + 8  # tokens are at least one character
         ids = self.tokens[slot, max(0, count - tail) : count].tolist()
         # Special tokens are not text (as in vLLM): "<|endoftext|>" does not contain "e".
-        text = self.engine.tokenizer.decode(ids, skip_special_tokens=True)
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return any(stop in text for stop in stops)
 
     def _sample_of(
@@ -291,7 +310,7 @@ class Scheduler:
             token_ids=token_ids,
             log_probs=log_probs if request.params.logprobs else None,
             finish_reason=reason,
-            weight_version=versions[-1] if versions else self.engine.weight_version,
+            weight_version=versions[-1] if versions else self.weight_version,
             weight_versions=versions,
         )
 
@@ -310,7 +329,7 @@ class Scheduler:
         )
         last = len(self.rows) - 1
         if slot != last:  # keep running sequences in slots [0, B): move the last one here
-            self.engine.cache.move(last, slot, int(self.position[last]))
+            self.cache.move(last, slot, int(self.position[last]))
             buffers = (self.tokens, self.log_probs, self.versions, self.last, self.position)
             for buffer in (*buffers, self.length, self.limit, self.prompt_length, self.stop_table):
                 buffer[slot] = buffer[last]

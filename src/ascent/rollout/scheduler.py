@@ -273,9 +273,7 @@ class Scheduler:
             token_list, log_prob_list = tokens.tolist(), log_probs.tolist()
             for i in streaming:
                 request, sample_index = self.rows[row_list[i]]
-                request.on_token(
-                    sample_index, token_list[i], log_prob_list[i], self.weight_version
-                )
+                request.on_token(sample_index, token_list[i], log_prob_list[i], self.weight_version)
         string_rows = [r for r in row_list if self.rows[r][0].params.stop]
         if string_rows:
             open_rows = set(rows[~finished].tolist())

@@ -4,7 +4,6 @@ verl-named metrics of the step's batch, and PF-PPO resampling."""
 import torch
 from torch import Tensor
 
-from ascent.agents.episodes import episode_weights
 from ascent.algos import (
     AdaptiveKLController,
     AdvantageInputs,
@@ -18,11 +17,23 @@ from ascent.batch import Batch
 from ascent.rollout.types import response_lengths
 from ascent.trainer.rl.config import KLSettings
 from ascent.trainer.rl.plan import Plan
+from ascent.trainer.rl.rows import SampleRows
 
 
 class AdvantageStage:
-    def __init__(self, plan: Plan, kl: KLSettings, max_response_length: int, seed: int) -> None:
+    """``rows``: the run's row kind, which weighs rows in group statistics (an agent
+    episode's rows share one count)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        kl: KLSettings,
+        max_response_length: int,
+        seed: int,
+        rows: object = SampleRows(),
+    ) -> None:
         self.plan, self.max_response_length, self.seed = plan, max_response_length, seed
+        self.rows = rows
         self.controller: FixedKLController | AdaptiveKLController | None = None
         if plan.kl_mode == "reward":
             if kl.controller == "adaptive":
@@ -66,8 +77,7 @@ class AdvantageStage:
             values=batch.get("values"),
             baseline_scores=batch.get("baseline_scores"),
             process_rewards=batch.get("process_rewards"),  # PRIME's implicit PRM
-            # Multi-turn rows: a drifted episode's samples share one count in their group.
-            sample_weights=episode_weights(batch) if "episode" in batch else None,
+            sample_weights=self.rows.sample_weights(batch),
         )
         result = compute_advantages(plan.estimator, inputs, **plan.estimator_params)
         batch = batch.assign(rewards=rewards, advantages=result.advantages, returns=result.returns)

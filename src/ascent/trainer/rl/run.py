@@ -73,7 +73,7 @@ class RLRun:
         function_rewards = RewardManager(config.reward, self.tokenizer)  # checked before spawning
         judge = Judge(config.judge) if config.judge is not None else None  # its API key too
         self.algorithm = AdvantageStage(
-            self.plan, config.algorithm.kl, config.rollout.max_response_length, cfg.seed
+            self.plan, config.algorithm.kl, config.rollout.max_response_length, cfg.seed, self.rows
         )
         self.versions = WeightVersions(trainer=self.begin.state.get("weight_version", 0))
         self.nonfinite = NonFiniteGuard(cfg.max_consecutive_nonfinite, self.run_dir / "nonfinite")

@@ -29,6 +29,7 @@ import torch
 
 from ascent.models import build_tiny_model, load_causal_lm
 from ascent.rollout.engine import NativeEngine
+from ascent.rollout.engine_settings import EngineSettings
 from ascent.rollout.server_process import ServerProcess, free_port
 from ascent.rollout.types import SamplingParams
 from ascent.rollout.vllm_server import SERVED_NAME, start_vllm_servers, vllm_python
@@ -111,12 +112,14 @@ def main():
             work,
             300,
             python=vllm_python(args.vllm_python),
-            model_dir=model_dir,
-            max_model_len=max_len,
-            max_num_seqs=SLOTS,
-            dtype="float32",
+            settings=EngineSettings(
+                model={"path": model_dir},
+                max_model_len=max_len,
+                max_num_seqs=SLOTS,
+                dtype="float32",
+                kv_cache_bytes=256 * 2**20,
+            ),
             seed=0,
-            kv_cache_bytes=256 * 2**20,
             cpu=True,
             extra_args=[],
         )

@@ -54,26 +54,17 @@ def main(argv: list[str] | None = None) -> int:
         help="LoRA runs: merge the adapters into the weights, or save the adapter alone",
     )
     serve = commands.add_parser("serve", help="an OpenAI-compatible server over the native engine")
-    serve.add_argument("model_dir", help="a transformers checkpoint directory")
+    from ascent.rollout.serve_args import add_engine_arguments
+
+    add_engine_arguments(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument(
         "--served-model-name", help="the model name clients send (default: the path)"
     )
-    serve.add_argument("--max-num-seqs", type=int, default=64, help="sequences decoded at once")
-    serve.add_argument("--max-model-len", type=int, default=2048, help="prompt + response limit")
-    serve.add_argument(
-        "--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto"
-    )
     serve.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
     serve.add_argument("--seed", type=int, help="seed of requests that bring none")
     serve.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
-    serve.add_argument(
-        "--kv-cache-bytes", type=int, help="KV cache budget (default: max-num-seqs full slots)"
-    )
-    serve.add_argument(
-        "--no-cuda-graphs", action="store_true", help="decode without CUDA graph capture"
-    )
     doctor = commands.add_parser("doctor", help="check the machine, Ray, disk and the model")
     doctor.add_argument("config", nargs="?", help="a train or sft config to check")
     doctor.add_argument("overrides", nargs="*", help="dotted overrides")
@@ -98,21 +89,17 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "export":
         return _export(args)
     if args.command == "serve":
+        from ascent.rollout.serve_args import settings_from_args
         from ascent.serve import serve
 
         return serve(
-            args.model_dir,
+            settings_from_args(args),
             host=args.host,
             port=args.port,
             served_model_name=args.served_model_name,
-            max_num_seqs=args.max_num_seqs,
-            max_model_len=args.max_model_len,
-            dtype=args.dtype,
             device=args.device,
             seed=args.seed,
             request_timeout_s=args.request_timeout,
-            kv_cache_bytes=args.kv_cache_bytes,
-            cuda_graphs=not args.no_cuda_graphs,
         )
     if args.command == "doctor":
         from ascent.doctor import run_doctor

@@ -14,6 +14,7 @@ from ascent.models import build_tiny_model, load_causal_lm
 from ascent.models.loading import causal_lm_from_config
 from ascent.rollout import NativeEngine, SamplingParams
 from ascent.rollout.config import RolloutConfig
+from ascent.rollout.engine_settings import EngineSettings
 from ascent.rollout.http_backend import HTTPBackend, VLLMBackend
 from ascent.rollout.server_process import ServerDied, ServerProcess, free_port
 from ascent.rollout.vllm_server import SERVED_NAME, start_vllm_servers, vllm_python
@@ -45,12 +46,14 @@ def vllm(model_dir, tmp_path_factory):
         tmp_path_factory.mktemp("vllm-logs"),
         300,
         python=PYTHON,
-        model_dir=model_dir,
-        max_model_len=256,
-        max_num_seqs=16,
-        dtype="float32",
+        settings=EngineSettings(
+            model={"path": model_dir},
+            max_model_len=256,
+            max_num_seqs=16,
+            dtype="float32",
+            kv_cache_bytes=64 * 2**20,
+        ),
         seed=0,
-        kv_cache_bytes=64 * 2**20,
         cpu=True,
         extra_args=[],
     )
@@ -125,12 +128,10 @@ def test_a_server_that_cannot_start_reports_its_log(tmp_path):
             tmp_path,
             120,
             python=PYTHON,
-            model_dir=config.model.path,
-            max_model_len=64,
-            max_num_seqs=2,
-            dtype="float32",
+            settings=config.model_copy(
+                update={"max_model_len": 64, "max_num_seqs": 2, "dtype": "float32"}
+            ),
             seed=0,
-            kv_cache_bytes=None,
             cpu=True,
             extra_args=[],
         )

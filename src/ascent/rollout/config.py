@@ -2,11 +2,11 @@
 
 from typing import Literal
 
-import torch
 from pydantic import Field
 
 from ascent.agents.config import AGENT_HELP, AgentConfig
-from ascent.engine.config import ModelConfig, Strict
+from ascent.engine.config import Strict
+from ascent.rollout.engine_settings import EngineSettings
 from ascent.rollout.types import SamplingParams
 
 RolloutEngine = Literal["native", "transformers", "vllm", "serve", "openai"]
@@ -18,22 +18,6 @@ ENGINE_HELP = (
 )
 SERVER_ENGINES = ("vllm", "serve", "openai")
 SERVER_HELP = "Servers of the vllm, serve and openai engines (ServerConfig)."
-GenerationDtype = Literal["auto", "float32", "bfloat16", "float16"]
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def generation_dtype(name: GenerationDtype, device: torch.device) -> torch.dtype:
-    """The named dtype; auto: bfloat16 on CUDA, float32 elsewhere."""
-    if name != "auto":
-        return DTYPES[name]
-    return torch.bfloat16 if device.type == "cuda" else torch.float32
-
-
-KV_CACHE_HELP = (
-    "KV cache budget per rank. native, serve: fewer slots than max_num_seqs if it binds (None: "
-    "max_num_seqs full-length slots). vllm: --kv-cache-memory-bytes (None: vLLM's own on a "
-    "GPU; on a CPU what max_num_seqs full-length sequences need, at least 64 MiB)."
-)
 
 
 class ServerConfig(Strict):
@@ -69,10 +53,10 @@ class ServerConfig(Strict):
     request_timeout_s: float = Field(600.0, gt=0, description="Seconds one request may take.")
 
 
-class RolloutConfig(Strict):
-    """The generator: which engine, how much it holds at once, how it samples by default."""
+class RolloutConfig(EngineSettings):
+    """The generator: which engine, how it samples by default, and how the role uses it;
+    what the engine loads and holds at once are ``EngineSettings``' fields."""
 
-    model: ModelConfig = Field(description="Checkpoint of the initial weights (ModelConfig).")
     engine: RolloutEngine = Field("native", description=ENGINE_HELP)
     server: ServerConfig = Field(ServerConfig(), description=SERVER_HELP)
     sampling: SamplingParams = Field(
@@ -80,16 +64,9 @@ class RolloutConfig(Strict):
     )
     agent: AgentConfig | None = Field(None, description=AGENT_HELP)
     stop_at_eos: bool = Field(True, description="Add the tokenizer's EOS to the stop tokens.")
-    max_num_seqs: int = Field(64, ge=1, description="Sequences decoded at once (cache slots).")
-    max_model_len: int = Field(2048, ge=2, description="Prompt + response limit.")
-    kv_cache_bytes: int | None = Field(None, gt=0, description=KV_CACHE_HELP)
-    dtype: GenerationDtype = Field(
-        "auto", description="Generation dtype; auto: bfloat16 on CUDA, float32 on CPU."
-    )
     free_cache_after_generate: bool = Field(
         True, description="Release the KV cache after each generate (colocated training)."
     )
-    cuda_graphs: bool = Field(True, description="Capture decode steps in CUDA graphs on CUDA.")
     background: bool = Field(
         False,
         description="Generation beside training (submit now, take later; trainer.mode "

@@ -16,21 +16,38 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor, nn
 
+from ascent.models.loading import load_causal_lm
 from ascent.rollout.decoder import DecoderRunner
+from ascent.rollout.engine_settings import TRAINING_ONLY, EngineSettings, generation_dtype
 from ascent.rollout.kv_cache import SlotCache
 from ascent.rollout.requests import EngineRequest
 from ascent.rollout.scheduler import Scheduler
 from ascent.rollout.types import Sample, SamplingParams
 
 
+def load_generation_model(settings: EngineSettings, device: torch.device) -> nn.Module:
+    """The checkpoint of ``settings.model`` on ``device`` in the generation dtype, with its
+    remote-code and attention-implementation choices."""
+    return load_causal_lm(
+        settings.model.path,
+        dtype=generation_dtype(settings.dtype, device),
+        trust_remote_code=settings.model.trust_remote_code,
+        attn_implementation=settings.model.attn_implementation,
+    ).to(device)
+
+
 class NativeEngine:
     """Generates from a Llama-family transformers ``model`` (whose tensors it reads in place).
+    ``NativeEngine.load`` builds one from ``EngineSettings``; the arguments here are theirs.
 
     max_num_seqs: sequences decoded at once (cache slots); kv_cache_bytes can lower it.
     max_model_len: prompt + response limit (cache slot length).
     tokenizer: needed only for stop strings.
     cuda_graphs: on CUDA, replay captured decode steps (one graph per batch-size bucket).
     """
+
+    # Every other setting is applied by ``load``.
+    not_applicable = TRAINING_ONLY
 
     def __init__(
         self,
@@ -61,6 +78,7 @@ class NativeEngine:
             device=self.device,
             memory_bytes=kv_cache_bytes,
         )
+        self.cuda_graphs = cuda_graphs  # asked for; used on CUDA only
         self.use_cuda_graphs = cuda_graphs and self.device.type == "cuda"
         self.graphs = None
         self.generator = torch.Generator(device=self.device)  # for requests without a seed
@@ -79,6 +97,20 @@ class NativeEngine:
     def weight_version(self) -> int:
         """The version of the weights loaded: tokens sampled from now on record it."""
         return self.scheduler.weight_version
+
+    @classmethod
+    def load(
+        cls, settings: EngineSettings, device: torch.device, tokenizer: object | None = None
+    ) -> "NativeEngine":
+        """The engine ``settings`` describe, its checkpoint loaded on ``device``."""
+        return cls(
+            load_generation_model(settings, device),
+            max_num_seqs=settings.max_num_seqs,
+            max_model_len=settings.max_model_len,
+            kv_cache_bytes=settings.kv_cache_bytes,
+            tokenizer=tokenizer,
+            cuda_graphs=settings.cuda_graphs,
+        )
 
     # -- memory and weights -------------------------------------------------------------
 

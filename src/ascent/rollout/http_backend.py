@@ -354,25 +354,26 @@ def start_http_backend(
 
     # The trainer derives max_model_len as prompt + response limits; vLLM refuses one beyond
     # the model's positions, where the native engine would never reach anyway.
-    model_config = AutoConfig.from_pretrained(config.model.path)
+    model_config = AutoConfig.from_pretrained(
+        config.model.path, trust_remote_code=config.model.trust_remote_code
+    )
     positions = getattr(model_config, "max_position_embeddings", None)
     max_model_len = min(config.max_model_len, positions or config.max_model_len)
     cpu = device.type == "cpu"
     kv_cache_bytes = config.kv_cache_bytes
     if kv_cache_bytes is None and cpu:
         kv_cache_bytes = cpu_kv_cache_bytes(model_config, max_model_len, config.max_num_seqs)
+    settings = config.model_copy(
+        update={"max_model_len": max_model_len, "kv_cache_bytes": kv_cache_bytes}
+    )
     log_dir = Path(tempfile.gettempdir()) / "ascent-vllm-logs" / f"{os.getpid()}-rank{rank}"
     processes = start_vllm_servers(
         1,
         log_dir,
         server.startup_timeout_s,
         python=vllm_python(server.python),
-        model_dir=config.model.path,
-        max_model_len=max_model_len,
-        max_num_seqs=config.max_num_seqs,
-        dtype="auto" if config.dtype == "auto" else config.dtype,
+        settings=settings,
         seed=config.sampling.seed or 0,
-        kv_cache_bytes=kv_cache_bytes,
         cpu=cpu,
         extra_args=server.extra_args,
     )

@@ -23,8 +23,10 @@ import httpx
 import torch
 
 from ascent.rollout.config import RolloutConfig
+from ascent.rollout.engine_settings import EngineSettings
 from ascent.rollout.http_backend import PolicyServers
 from ascent.rollout.protocol import Capability
+from ascent.rollout.serve_args import SERVE_KNOBS
 from ascent.rollout.server_process import ServerProcess, free_port
 
 SERVED_NAME = "policy"
@@ -73,28 +75,18 @@ class ServeBackend(PolicyServers):
 
 
 def serve_command(
-    model_dir: str,
+    settings: EngineSettings,
     port: int,
     *,
-    max_num_seqs: int,
-    max_model_len: int,
-    dtype: str,
     device: torch.device,
     seed: int,
-    kv_cache_bytes: int | None,
-    cuda_graphs: bool,
     request_timeout_s: float,
 ) -> list[str]:
     """The ``ascent serve`` command line of a rollout server (this interpreter: the server
-    runs the same ascent as the trainer)."""
-    command = [sys.executable, "-m", "ascent", "serve", model_dir, "--port", str(port)]
-    command += ["--served-model-name", SERVED_NAME, "--max-num-seqs", str(max_num_seqs)]
-    command += ["--max-model-len", str(max_model_len), "--dtype", dtype, "--device", str(device)]
+    runs the same ascent as the trainer); the engine's flags are ``SERVE_KNOBS``'."""
+    command = [sys.executable, "-m", "ascent", "serve", *SERVE_KNOBS.args(settings)]
+    command += ["--port", str(port), "--served-model-name", SERVED_NAME, "--device", str(device)]
     command += ["--seed", str(seed), "--request-timeout", str(request_timeout_s)]
-    if kv_cache_bytes is not None:
-        command += ["--kv-cache-bytes", str(kv_cache_bytes)]
-    if not cuda_graphs:
-        command += ["--no-cuda-graphs"]
     return command
 
 
@@ -114,15 +106,10 @@ def start_serve_backend(
         return ServeBackend([url], server.model or SERVED_NAME, **common)
     port = free_port()
     command = serve_command(
-        config.model.path,
+        config,
         port,
-        max_num_seqs=config.max_num_seqs,
-        max_model_len=config.max_model_len,
-        dtype=config.dtype,
         device=device,
         seed=config.sampling.seed or 0,
-        kv_cache_bytes=config.kv_cache_bytes,
-        cuda_graphs=config.cuda_graphs,
         request_timeout_s=server.request_timeout_s,
     )
     log = Path(tempfile.gettempdir()) / "ascent-serve-logs" / f"{os.getpid()}-rank{rank}.log"

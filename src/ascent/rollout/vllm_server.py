@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from ascent.errors import InputNotFound
+from ascent.rollout.engine_settings import TRAINING_ONLY, CommandKnobs, EngineSettings, Flag
 from ascent.rollout.server_process import ServerProcess, free_port
 
 DEFAULT_VENV = Path.home() / ".cache" / "ascent" / "vllm-venv"
@@ -27,29 +28,41 @@ def vllm_python(configured: str | None = None) -> str:
     return python
 
 
+VLLM_KNOBS = CommandKnobs(
+    flags={
+        "model.path": Flag("--model"),  # named: a bare path makes vLLM look on the hub
+        "model.trust_remote_code": Flag("--trust-remote-code", when=True),
+        "max_num_seqs": Flag("--max-num-seqs"),
+        "max_model_len": Flag("--max-model-len"),
+        "kv_cache_bytes": Flag("--kv-cache-memory-bytes"),
+        "dtype": Flag("--dtype"),
+        "cuda_graphs": Flag("--enforce-eager", when=False),
+    },
+    not_applicable={
+        **TRAINING_ONLY,
+        "model.attn_implementation": "vLLM runs attention kernels of its own, chosen by its "
+        "--attention-backend, whose names (FLASH_ATTN, ...) are not transformers' "
+        "(sdpa, eager, ...); name one in rollout.server.extra_args",
+    },
+)
+
+
 def vllm_command(
     python: str,
-    model_dir: str,
+    settings: EngineSettings,
     port: int,
     *,
-    max_model_len: int,
-    max_num_seqs: int,
-    dtype: str,
     seed: int,
-    kv_cache_bytes: int | None,
     cpu: bool,
     extra_args: list[str],
 ) -> list[str]:
-    """``--model`` is named (a bare path makes vLLM look on the hub); the seed is the
-    server's, because a per-request seed crashes vLLM's CPU engine on chunked prompts."""
-    command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir]
-    command += ["--served-model-name", SERVED_NAME, "--port", str(port), "--host", "127.0.0.1"]
-    command += ["--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs)]
-    command += ["--dtype", dtype, "--seed", str(seed), "--logprobs-mode", "processed_logprobs"]
-    if kv_cache_bytes is not None:
-        command += ["--kv-cache-memory-bytes", str(kv_cache_bytes)]
+    """The server of ``settings`` (flags: ``VLLM_KNOBS``); the seed is the server's, because
+    a per-request seed crashes vLLM's CPU engine on chunked prompts."""
     if cpu:  # graph capture costs minutes of startup on a CPU and gains little there
-        command += ["--enforce-eager"]
+        settings = settings.model_copy(update={"cuda_graphs": False})
+    command = [python, "-m", "vllm.entrypoints.openai.api_server", *VLLM_KNOBS.args(settings)]
+    command += ["--served-model-name", SERVED_NAME, "--port", str(port), "--host", "127.0.0.1"]
+    command += ["--seed", str(seed), "--logprobs-mode", "processed_logprobs"]
     return command + list(extra_args)
 
 

@@ -10,10 +10,10 @@ import torch
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
 from ascent.engine.modules import unwrap
-from ascent.models.loading import load_causal_lm, load_tokenizer
+from ascent.models.loading import load_tokenizer
 from ascent.rollout.background import BackgroundGeneration
-from ascent.rollout.config import SERVER_ENGINES, RolloutConfig, generation_dtype
-from ascent.rollout.engine import NativeEngine, WeightUpdate
+from ascent.rollout.config import SERVER_ENGINES, RolloutConfig
+from ascent.rollout.engine import NativeEngine, WeightUpdate, load_generation_model
 from ascent.rollout.hf_engine import TransformersEngine
 from ascent.rollout.http_backend import start_http_backend
 from ascent.rollout.native_backend import NativeBackend
@@ -49,23 +49,11 @@ class RolloutWorker(Worker):
         if cfg.engine in SERVER_ENGINES:
             self.backend = start_http_backend(cfg, self.tokenizer, self.ctx.dp_rank, self.device)
             return
-        model = load_causal_lm(
-            cfg.model.path,
-            dtype=generation_dtype(cfg.dtype, self.device),
-            trust_remote_code=cfg.model.trust_remote_code,
-            attn_implementation=cfg.model.attn_implementation,
-        ).to(self.device)
         if cfg.engine == "native":
-            self.engine = NativeEngine(
-                model,
-                max_num_seqs=cfg.max_num_seqs,
-                max_model_len=cfg.max_model_len,
-                kv_cache_bytes=cfg.kv_cache_bytes,
-                tokenizer=self.tokenizer,
-                cuda_graphs=cfg.cuda_graphs,
-            )
+            self.engine = NativeEngine.load(cfg, self.device, self.tokenizer)
             self.backend = NativeBackend(self.engine)
         else:
+            model = load_generation_model(cfg, self.device)
             self.engine = TransformersEngine(
                 model, max_num_seqs=cfg.max_num_seqs, tokenizer=self.tokenizer
             )

@@ -4,55 +4,42 @@ from pathlib import Path
 
 import torch
 
-from ascent.rollout.config import GenerationDtype, generation_dtype
+from ascent.rollout.engine_settings import EngineSettings
 
 GRACE_S = 5  # seconds in-flight requests get to finish after SIGTERM
 
 
 def serve(
-    model_dir: str,
+    settings: EngineSettings,
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
     served_model_name: str | None = None,
-    max_num_seqs: int = 64,
-    max_model_len: int = 2048,
-    dtype: GenerationDtype = "auto",
     device: str | None = None,
     seed: int | None = None,
     request_timeout_s: float = 600.0,
-    kv_cache_bytes: int | None = None,
-    cuda_graphs: bool = True,
 ) -> int:
-    """Serve ``model_dir`` until interrupted; returns the exit code."""
+    """Serve the engine ``settings`` describe until interrupted; returns the exit code."""
     import uvicorn
 
-    from ascent.models.loading import load_causal_lm, load_tokenizer
+    from ascent.models.loading import load_tokenizer
     from ascent.rollout.engine import NativeEngine
     from ascent.rollout.native_backend import NativeBackend
     from ascent.serve.app import build_app
 
+    model_dir = settings.model.path
     if not Path(model_dir).is_dir():
         print(f"ascent serve: {model_dir} is not a directory (a transformers checkpoint)")
         return 2
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    chosen = generation_dtype(dtype, device)
-    model = load_causal_lm(model_dir, dtype=chosen).to(device)
-    tokenizer = load_tokenizer(model_dir)
-    engine = NativeEngine(
-        model,
-        max_num_seqs=max_num_seqs,
-        max_model_len=max_model_len,
-        kv_cache_bytes=kv_cache_bytes,
-        tokenizer=tokenizer,
-        cuda_graphs=cuda_graphs,
-    )
+    tokenizer = load_tokenizer(model_dir, trust_remote_code=settings.model.trust_remote_code)
+    engine = NativeEngine.load(settings, device, tokenizer)
     if seed is not None:  # the stream of requests that bring no seed of their own
         engine.generator.manual_seed(seed)
     backend = NativeBackend(engine, tokenizer)
     name = served_model_name or model_dir
     app = build_app(backend, name, request_timeout_s=request_timeout_s)
-    print(f"ascent serve: {name} on http://{host}:{port}/v1 ({device}, {chosen})", flush=True)
+    print(f"ascent serve: {name} on http://{host}:{port}/v1 ({device}, {engine.dtype})", flush=True)
     # SIGTERM: requests still running after the grace period are cut off, so a stop never
     # waits on a long generation (up to request_timeout_s) to end.
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_S)

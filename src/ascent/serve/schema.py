@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ascent.rollout.types import SamplingParams
 
+DEFAULT = SamplingParams()  # what a request leaves out samples as the engine's defaults
+
 
 class RequestError(ValueError):
     """A request the server cannot serve: becomes an OpenAI-style 4xx error."""
@@ -27,10 +29,10 @@ class _Common(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str
-    n: int = Field(1, ge=1, le=1024)
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=-1)
+    n: int = Field(DEFAULT.n, ge=1, le=1024)
+    temperature: float = Field(DEFAULT.temperature, ge=0)
+    top_p: float = Field(DEFAULT.top_p, gt=0, le=1)
+    top_k: int = Field(DEFAULT.top_k, ge=-1)
     stop: str | list[str] | None = None
     stop_token_ids: list[int] = []
     seed: int | None = None

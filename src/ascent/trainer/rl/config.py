@@ -11,19 +11,16 @@ from ascent.data.rl import RLDataConfig
 from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, Strict
 from ascent.rewards.judge import JudgeConfig
 from ascent.rewards.manager import RewardConfig
-from ascent.rollout.config import (
-    ENGINE_HELP,
-    KV_CACHE_HELP,
-    SERVER_HELP,
-    GenerationDtype,
-    RolloutEngine,
-    ServerConfig,
-)
+from ascent.rollout.config import ENGINE_HELP, SERVER_HELP, RolloutEngine, ServerConfig
+from ascent.rollout.engine_settings import GenerationDtype, knob
+from ascent.rollout.types import SamplingParams
 from ascent.trainer.rl.presets import PRESETS
 from ascent.trainer.rl.rewards import RewardModelSettings
 from ascent.trainer.settings import ResourcesConfig, RunSettings
 from ascent.trainer.tracking import TrackingConfig
 from ascent.workers.config import RolloutCorrectionSettings
+
+SAMPLING = SamplingParams()  # sampling defaults are SamplingParams'
 
 
 class RolloutSettings(Strict):
@@ -34,16 +31,17 @@ class RolloutSettings(Strict):
     agent: AgentConfig | None = Field(None, description=AGENT_HELP)
     samples_per_prompt: int = Field(8, ge=1, description="Responses sampled per prompt (group).")
     temperature: float = Field(
-        1.0, gt=0, description="Sampling temperature (the trainer uses it too)."
+        SAMPLING.temperature, gt=0, description="Sampling temperature (the trainer uses it too)."
     )
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    top_k: int = Field(0, ge=0, description="Top-k sampling (0: off).")
+    top_p: float = Field(SAMPLING.top_p, gt=0, le=1, description="Nucleus sampling mass.")
+    top_k: int = Field(SAMPLING.top_k, ge=0, description="Top-k sampling (0: off).")
     max_response_length: int = Field(512, ge=1, description="New tokens per response.")
     stop: list[str] = Field(default_factory=list, description="Stop strings (EOS always stops).")
-    max_num_seqs: int = Field(256, ge=1, description="Sequences decoded at once per rank.")
-    kv_cache_bytes: int | None = Field(None, gt=0, description=KV_CACHE_HELP)
-    dtype: GenerationDtype = Field("auto", description="Generation dtype.")
-    cuda_graphs: bool = Field(True, description="CUDA graphs for decode steps (CUDA only).")
+    # The engine's own declarations; per rank, wider than a server's default batch.
+    max_num_seqs: int = knob("max_num_seqs", default=256)
+    kv_cache_bytes: int | None = knob("kv_cache_bytes")
+    dtype: GenerationDtype = knob("dtype")
+    cuda_graphs: bool = knob("cuda_graphs")
     resources: ResourcesConfig | None = Field(
         None, description="Own devices for the rollout; None: colocated with the actor."
     )

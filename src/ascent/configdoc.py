@@ -20,7 +20,7 @@ from ascent.data.sft import SFTDataConfig
 from ascent.engine.config import FSDPConfig, LoraSettings, ModelConfig, OptimConfig
 from ascent.rewards.judge import JudgeConfig
 from ascent.rewards.manager import RewardConfig
-from ascent.rollout.config import RolloutConfig, ServerConfig
+from ascent.rollout.config import ServerConfig
 from ascent.rollout.types import SamplingParams
 from ascent.trainer.rl.config import (
     ActorSettings,
@@ -46,6 +46,7 @@ from ascent.workers.config import (
     ReferenceConfig,
     RolloutCorrectionSettings,
 )
+from ascent.workers.rollout import RolloutConfig
 
 DOCUMENTED: list[type[BaseModel]] = [
     RLConfig,

@@ -12,18 +12,18 @@ import torch
 
 from ascent.models import build_tiny_model
 from ascent.rollout import NativeEngine
-from ascent.rollout.config import RolloutConfig
+from ascent.rollout.backends import start_backend
 from ascent.rollout.engine_settings import (
     EngineSettings,
     setting_field,
     setting_names,
     setting_value,
 )
-from ascent.rollout.http_backend import start_http_backend
 from ascent.rollout.serve_args import SERVE_KNOBS
 from ascent.rollout.serve_backend import serve_command
 from ascent.rollout.server_process import ServerProcess
 from ascent.rollout.vllm_server import DEFAULT_VENV, VLLM_KNOBS
+from ascent.workers.rollout import RolloutConfig
 
 # The checkpoint's own modelling code (loaded only with trust_remote_code), under a class
 # name the native engine supports.
@@ -165,7 +165,7 @@ def vllm_command_of(config: RolloutConfig, monkeypatch) -> list[str]:
 
     monkeypatch.setattr(ServerProcess, "start", capture)
     with pytest.raises(Captured) as captured:
-        start_http_backend(config, None, 0, torch.device("cuda"))
+        start_backend(config, None, 0, torch.device("cuda"))
     return captured.value.args[0]
 
 

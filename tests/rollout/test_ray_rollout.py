@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from ascent.controller import ResourcePool, Role, spawn_group, spawn_groups
-from ascent.rollout import RolloutWorker, sync_weights
+from ascent.rollout import sync_weights
 from ascent.workers import ActorConfig, ActorWorker
+from ascent.workers.rollout import RolloutWorker
 from tests.rollout.test_rollout_worker import prompts_batch, rollout_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

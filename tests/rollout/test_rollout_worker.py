@@ -6,8 +6,9 @@ import torch
 from ascent.batch import Batch
 from ascent.controller import ResourcePool, Role, spawn_group, spawn_groups
 from ascent.models import load_causal_lm
-from ascent.rollout import RolloutConfig, RolloutWorker, sync_weights
+from ascent.rollout import sync_weights
 from ascent.workers import ActorConfig, ActorWorker
+from ascent.workers.rollout import RolloutConfig, RolloutWorker
 from tests.rollout.test_native_engine import hf_greedy
 
 

@@ -12,11 +12,11 @@ import torch
 from ascent.models import load_causal_lm
 from ascent.models.loading import causal_lm_from_config
 from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout.backends import start_backend
 from ascent.rollout.background import BackgroundGeneration
-from ascent.rollout.config import RolloutConfig
-from ascent.rollout.http_backend import start_http_backend
 from ascent.rollout.serve_backend import ServeBackend
 from ascent.rollout.weight_files import write_weights
+from ascent.workers.rollout import RolloutConfig
 
 pytestmark = pytest.mark.integration
 PROMPTS = [[5, 17, 33, 70, 71, 80, 90, 100], [100, 3, 9], list(range(40, 75))]
@@ -28,7 +28,7 @@ def served(tiny_model):
     """One rollout rank's server, started the way the rollout worker starts it."""
     settings = {"model": {"path": tiny_model}, "engine": "serve", "max_model_len": 2048}
     rollout = RolloutConfig.model_validate({**settings, "max_num_seqs": 8})
-    backend = start_http_backend(rollout, None, rank=0, device=torch.device("cpu"))
+    backend = start_backend(rollout, None, rank=0, device=torch.device("cpu"))
     yield backend
     asyncio.run(backend.close())
 

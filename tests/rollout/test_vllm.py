@@ -13,13 +13,14 @@ import pytest
 from ascent.models import build_tiny_model, load_causal_lm
 from ascent.models.loading import causal_lm_from_config
 from ascent.rollout import NativeEngine, SamplingParams
-from ascent.rollout.config import RolloutConfig
 from ascent.rollout.engine_settings import EngineSettings
-from ascent.rollout.http_backend import HTTPBackend, VLLMBackend
+from ascent.rollout.http_backend import HTTPBackend
 from ascent.rollout.server_process import ServerDied, ServerProcess, free_port
+from ascent.rollout.vllm_backend import VLLMBackend
 from ascent.rollout.vllm_server import SERVED_NAME, start_vllm_servers, vllm_python
 from ascent.rollout.weight_files import write_weights
 from ascent.trainer.rl.loop import train_rl
+from ascent.workers.rollout import RolloutConfig
 from tests.trainer.rl_setup import config, metric
 from tests.trainer.test_async_rl import learns_async
 from tests.trainer.test_rl_trainer import assert_learned

@@ -7,8 +7,9 @@ import torch
 from ascent.batch import Batch
 from ascent.controller import ResourcePool, Role, spawn_groups
 from ascent.models import load_causal_lm
-from ascent.rollout import NativeEngine, RolloutConfig, RolloutWorker, SamplingParams
+from ascent.rollout import NativeEngine, SamplingParams
 from ascent.workers import ActorConfig, ActorWorker
+from ascent.workers.rollout import RolloutConfig, RolloutWorker
 
 pytestmark = pytest.mark.integration
 

@@ -28,9 +28,9 @@ from ascent.data.rl import RLPrompt, prompts_batch
 from ascent.data.sft import SFTExample, plain_example
 from ascent.models.loading import load_tokenizer
 from ascent.quickstart.task import Pair, answer, question
-from ascent.rollout import RolloutConfig, RolloutWorker
 from ascent.rollout.types import response_lengths
 from ascent.trainer.sft import collate
+from ascent.workers.rollout import RolloutConfig, RolloutWorker
 from ascent.workers.sft import SFTWorker, SFTWorkerConfig
 
 

@@ -1,17 +1,17 @@
-"""Generation for RL: the native continuous-batching engine, the transformers reference
-engine, and the rollout role with weight refresh from the actor."""
+"""The generation service: the native continuous-batching engine, the transformers reference
+engine, the ``ascent serve`` / vLLM / OpenAI-endpoint backends behind one protocol
+(``start_backend`` builds any of them), and weight refresh. The RL rollout role that uses
+it is ``ascent.workers.rollout``."""
 
-from ascent.rollout.config import RolloutConfig
+from ascent.rollout.config import GenerationConfig
 from ascent.rollout.engine import NativeEngine
 from ascent.rollout.hf_engine import TransformersEngine
 from ascent.rollout.types import Sample, SamplingParams
 from ascent.rollout.weight_sync import sync_weights
-from ascent.rollout.worker import RolloutWorker
 
 __all__ = [
+    "GenerationConfig",
     "NativeEngine",
-    "RolloutConfig",
-    "RolloutWorker",
     "Sample",
     "SamplingParams",
     "TransformersEngine",

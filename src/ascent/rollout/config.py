@@ -1,10 +1,10 @@
-"""Settings of the rollout role."""
+"""Settings of the generation service: which engine or server, and how it samples by default
+(the RL role's own settings extend these: ``ascent.workers.rollout.RolloutConfig``)."""
 
 from typing import Literal
 
 from pydantic import Field
 
-from ascent.agents.config import AGENT_HELP, AgentConfig
 from ascent.engine.config import Strict
 from ascent.rollout.engine_settings import EngineSettings
 from ascent.rollout.types import SamplingParams
@@ -53,28 +53,12 @@ class ServerConfig(Strict):
     request_timeout_s: float = Field(600.0, gt=0, description="Seconds one request may take.")
 
 
-class RolloutConfig(EngineSettings):
-    """The generator: which engine, how it samples by default, and how the role uses it;
-    what the engine loads and holds at once are ``EngineSettings``' fields."""
+class GenerationConfig(EngineSettings):
+    """The generator: which engine, its servers, how it samples by default; what the engine
+    loads and holds at once are ``EngineSettings``' fields."""
 
     engine: RolloutEngine = Field("native", description=ENGINE_HELP)
     server: ServerConfig = Field(ServerConfig(), description=SERVER_HELP)
     sampling: SamplingParams = Field(
         SamplingParams(), description="Default sampling; a generate call may override fields."
-    )
-    agent: AgentConfig | None = Field(None, description=AGENT_HELP)
-    stop_at_eos: bool = Field(True, description="Add the tokenizer's EOS to the stop tokens.")
-    free_cache_after_generate: bool = Field(
-        True, description="Release the KV cache after each generate (colocated training)."
-    )
-    background: bool = Field(
-        False,
-        description="Generation beside training (submit now, take later; trainer.mode "
-        "one_step_off or async): new weights are copied in between two decode steps, never "
-        "aliased to the trainer's, and the cache is kept.",
-    )
-    partial_rollouts: bool = Field(
-        True,
-        description="background: responses in flight at a weight update go on under the new "
-        "weights (tokens record their versions); false: they restart from their prompts.",
     )

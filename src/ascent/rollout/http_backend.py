@@ -1,5 +1,6 @@
-"""Rollout backends over HTTP: servers that follow the policy (vLLM here, ``ascent serve``
-in ``serve_backend``), and any OpenAI-compatible endpoint as a frozen model.
+"""Rollout backends over HTTP: servers that follow the policy (``PolicyServers``: vLLM in
+``vllm_backend``, ``ascent serve`` in ``serve_backend``), and any OpenAI-compatible endpoint as
+a frozen model.
 
 Token in, token out: a prompt goes as token ids to ``/v1/completions`` with
 ``return_token_ids`` (vLLM's extension, which ``ascent serve`` also honours) and ``logprobs=0``
@@ -14,7 +15,6 @@ and the request retried; one that cannot be restarted raises ``ServerDied`` with
 
 import asyncio
 import itertools
-import os
 import shutil
 import tempfile
 import zlib
@@ -22,13 +22,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import httpx
-import torch
 
-from ascent.rollout.config import RolloutConfig
 from ascent.rollout.protocol import Capability, PauseMode, RolloutBackend, TokenOut
 from ascent.rollout.server_process import ServerDied, ServerProcess
 from ascent.rollout.types import SamplingParams
-from ascent.rollout.weight_files import memory_directory
 
 
 class HTTPBackend(RolloutBackend):
@@ -287,102 +284,3 @@ class PolicyServers(HTTPBackend):
     async def _after_restart(self, index: int) -> None:
         if self.weights_path is not None:
             await self._load(self.weights_path, [index], self.version)
-
-
-class VLLMBackend(PolicyServers):
-    """vLLM OpenAI servers (started in dev mode, ``VLLM_SERVER_DEV_MODE=1``) that follow the
-    trained policy: a refresh reloads every server in place (``/collective_rpc``
-    ``reload_weights``), drops prefix-cache entries computed with the old weights, and sets
-    the server's version. vLLM reports no per-token weight version, so a response's tokens
-    carry the version current when its request was sent: one that spanned a refresh in
-    flight (``pause("keep")``, reload, ``resume``: trainer.mode async) is counted as old as it
-    can be, never younger than it is."""
-
-    name = "vLLM backend"
-
-    async def _load(self, path: str, indices: Iterable[int], version: int) -> None:
-        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
-        for index in indices:
-            await self._post(index, "/collective_rpc", rpc)
-            await self._post(index, "/reset_prefix_cache")
-            await self._post(index, "/update_weight_version", {"new_version": str(version)})
-
-
-def start_http_backend(
-    config: RolloutConfig, tokenizer: object, rank: int, device: torch.device
-) -> HTTPBackend:
-    """The backend of ``rollout.engine`` vllm, serve or openai for rollout rank ``rank``: its
-    own vLLM or ``ascent serve`` server (started here unless ``server.urls`` lists them; rank r
-    uses URL r mod n), or the configured endpoint."""
-    server = config.server
-    if config.engine == "openai":
-        if not server.urls or not server.model:
-            raise ValueError(
-                "rollout.engine=openai needs rollout.server.urls and rollout.server.model"
-            )
-        key = os.environ.get(server.api_key_env)
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return HTTPBackend(
-            server.urls,
-            server.model,
-            tokenizer=tokenizer,
-            request_timeout_s=server.request_timeout_s,
-            headers=headers,
-        )
-    weights_root = server.weights_dir or memory_directory(config.model.path)
-    if config.engine == "serve":
-        from ascent.rollout.serve_backend import start_serve_backend
-
-        return start_serve_backend(config, tokenizer, rank, device, weights_root)
-    from ascent.rollout.vllm_server import (
-        SERVED_NAME,
-        cpu_kv_cache_bytes,
-        start_vllm_servers,
-        vllm_python,
-    )
-
-    if server.urls:
-        url = server.urls[rank % len(server.urls)]
-        return VLLMBackend(
-            [url],
-            server.model or SERVED_NAME,
-            tokenizer=tokenizer,
-            request_timeout_s=server.request_timeout_s,
-            weights_root=weights_root,
-        )
-    from transformers import AutoConfig
-
-    # The trainer derives max_model_len as prompt + response limits; vLLM refuses one beyond
-    # the model's positions, where the native engine would never reach anyway.
-    model_config = AutoConfig.from_pretrained(
-        config.model.path, trust_remote_code=config.model.trust_remote_code
-    )
-    positions = getattr(model_config, "max_position_embeddings", None)
-    max_model_len = min(config.max_model_len, positions or config.max_model_len)
-    cpu = device.type == "cpu"
-    kv_cache_bytes = config.kv_cache_bytes
-    if kv_cache_bytes is None and cpu:
-        kv_cache_bytes = cpu_kv_cache_bytes(model_config, max_model_len, config.max_num_seqs)
-    settings = config.model_copy(
-        update={"max_model_len": max_model_len, "kv_cache_bytes": kv_cache_bytes}
-    )
-    log_dir = Path(tempfile.gettempdir()) / "ascent-vllm-logs" / f"{os.getpid()}-rank{rank}"
-    processes = start_vllm_servers(
-        1,
-        log_dir,
-        server.startup_timeout_s,
-        python=vllm_python(server.python),
-        settings=settings,
-        seed=config.sampling.seed or 0,
-        cpu=cpu,
-        extra_args=server.extra_args,
-    )
-    return VLLMBackend(
-        [p.url for p in processes],
-        SERVED_NAME,
-        tokenizer=tokenizer,
-        request_timeout_s=server.request_timeout_s,
-        processes=processes,
-        startup_timeout_s=server.startup_timeout_s,
-        weights_root=weights_root,
-    )

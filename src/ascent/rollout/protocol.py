@@ -84,6 +84,8 @@ class RolloutBackend:
     name = "rollout backend"
     capabilities: frozenset[Capability] = frozenset()
     tokenizer: object | None = None
+    engine: object | None = None  # the engine, when it runs in this process
+    request_level = True  # serves generate_n (agents, generation beside training need it)
 
     # -- data plane -------------------------------------------------------------------------
 

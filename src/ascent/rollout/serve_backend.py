@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import torch
 
-from ascent.rollout.config import RolloutConfig
+from ascent.rollout.config import GenerationConfig
 from ascent.rollout.engine_settings import EngineSettings
 from ascent.rollout.http_backend import PolicyServers
 from ascent.rollout.protocol import Capability
@@ -91,7 +91,7 @@ def serve_command(
 
 
 def start_serve_backend(
-    config: RolloutConfig, tokenizer: object, rank: int, device: torch.device, weights_root: str
+    config: GenerationConfig, tokenizer: object, rank: int, device: torch.device, weights_root: str
 ) -> ServeBackend:
     """Rollout rank ``rank``'s server: ``rollout.server.urls[rank mod n]`` if listed, else an
     ``ascent serve`` process started here on ``device`` (restarted if it dies)."""

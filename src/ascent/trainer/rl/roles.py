@@ -1,7 +1,6 @@
 """The worker configs of a run, built from the RL config and its plan, and the groups."""
 
 from ascent.controller import Role, WorkerGroup, spawn_groups
-from ascent.rollout import RolloutConfig, RolloutWorker
 from ascent.rollout.types import SamplingParams
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.plan import Plan
@@ -17,6 +16,7 @@ from ascent.workers import (
 from ascent.workers.config import ImplicitPRMConfig
 from ascent.workers.implicit_prm import ImplicitPRMWorker
 from ascent.workers.reward_model import RewardModelWorker
+from ascent.workers.rollout import RolloutConfig, RolloutWorker
 
 
 def actor_config(config: RLConfig, plan: Plan) -> ActorConfig:

@@ -1,24 +1,49 @@
 """The rollout role: generation for the RL loop, colocated with the actor or on its own
-devices, with weights refreshed from the actor."""
+devices, with weights refreshed from the actor. The generation itself is a backend
+(``ascent.rollout.backends.start_backend``); what a row is, a sample or an agent's episode,
+is plugged in (``SampleRollouts``, ``ascent.agents.rollouts.EpisodeRollouts``)."""
 
 import asyncio
 from collections.abc import Iterable
 from pathlib import Path
 
 import torch
+from pydantic import Field
 
+from ascent.agents.config import AGENT_HELP, AgentConfig
+from ascent.agents.rollouts import EpisodeRollouts
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
 from ascent.engine.modules import unwrap
 from ascent.models.loading import load_tokenizer
+from ascent.rollout.backends import start_backend
 from ascent.rollout.background import BackgroundGeneration
-from ascent.rollout.config import SERVER_ENGINES, RolloutConfig
-from ascent.rollout.engine import NativeEngine, WeightUpdate, load_generation_model
-from ascent.rollout.hf_engine import TransformersEngine
-from ascent.rollout.http_backend import start_http_backend
-from ascent.rollout.native_backend import NativeBackend
-from ascent.rollout.types import Sample, SamplingParams
+from ascent.rollout.config import GenerationConfig
+from ascent.rollout.engine import WeightUpdate
+from ascent.rollout.types import SamplingParams
 from ascent.rollout.weight_files import write_weights
+from ascent.workers.rollout_samples import SampleRollouts
+
+
+class RolloutConfig(GenerationConfig):
+    """The rollout role: the generator (``GenerationConfig``) and how the role uses it."""
+
+    agent: AgentConfig | None = Field(None, description=AGENT_HELP)
+    stop_at_eos: bool = Field(True, description="Add the tokenizer's EOS to the stop tokens.")
+    free_cache_after_generate: bool = Field(
+        True, description="Release the KV cache after each generate (colocated training)."
+    )
+    background: bool = Field(
+        False,
+        description="Generation beside training (submit now, take later; trainer.mode "
+        "one_step_off or async): new weights are copied in between two decode steps, never "
+        "aliased to the trainer's, and the cache is kept.",
+    )
+    partial_rollouts: bool = Field(
+        True,
+        description="background: responses in flight at a weight update go on under the new "
+        "weights (tokens record their versions); false: they restart from their prompts.",
+    )
 
 
 class RolloutWorker(Worker):
@@ -42,22 +67,23 @@ class RolloutWorker(Worker):
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id or 0
         self._update: WeightUpdate | dict | None = None
-        self._environments = None  # rollout.agent: a row -> a fresh environment
-        self.engine = None  # an in-process engine (native, transformers)
         self.background: BackgroundGeneration | None = None  # see _background
         self._submitted: dict[str, tuple[Batch, SamplingParams]] = {}
-        if cfg.engine in SERVER_ENGINES:
-            self.backend = start_http_backend(cfg, self.tokenizer, self.ctx.dp_rank, self.device)
-            return
-        if cfg.engine == "native":
-            self.engine = NativeEngine.load(cfg, self.device, self.tokenizer)
-            self.backend = NativeBackend(self.engine)
-        else:
-            model = load_generation_model(cfg, self.device)
-            self.engine = TransformersEngine(
-                model, max_num_seqs=cfg.max_num_seqs, tokenizer=self.tokenizer
+        self.backend = start_backend(cfg, self.tokenizer, self.ctx.dp_rank, self.device)
+        self.engine = self.backend.engine  # an in-process engine (native, transformers)
+        if cfg.agent is None:
+            self.rows = SampleRollouts(
+                self.backend, pad_id=self.pad_id, weight_version=lambda: self.weight_version
             )
-            self.backend = None
+        else:
+            self.rows = EpisodeRollouts(
+                cfg.agent,
+                self.backend,
+                self.tokenizer,
+                max_model_len=cfg.max_model_len,
+                pad_id=self.pad_id,
+                weight_version=lambda: self.weight_version,
+            )
 
     def close(self) -> None:
         """Stop what the backend started (vLLM servers, the native step thread)."""
@@ -83,17 +109,10 @@ class RolloutWorker(Worker):
         missing = [f for f in ("prompts", "prompt_mask") if f not in batch]
         if missing:
             raise KeyError(f"rollout needs batch fields {missing}; the batch has {batch.keys()}")
-        params = self.sampling(sampling)
-        if self.config.agent is not None:
-            return self._episodes(batch, params)
-        prompts = _prompt_ids(batch)
-        if self.backend is None:
-            samples = self.engine.generate(prompts, params)
-        else:
-            samples = self.backend.generate_batch(prompts, params)
+        out = self.rows.generate(batch, self.sampling(sampling))
         if self.config.free_cache_after_generate and hasattr(self.engine, "sleep"):
             self.engine.sleep()
-        return self._as_batch(batch, samples, params)
+        return out
 
     # -- generation beside training (rollout.background) ---------------------------------
 
@@ -107,15 +126,12 @@ class RolloutWorker(Worker):
         ``generate`` would (reproducible: see ``RolloutBackend.generate_together``)."""
         if not self.config.background:
             raise RuntimeError("start_rollouts needs rollout.background=true (trainer.mode async)")
-        if self.backend is None:
+        if not self.backend.request_level:
             raise ValueError(
                 "generation beside training needs a request-level engine, not transformers"
             )
         params = self.sampling(sampling)
-        if self.config.agent is not None:
-            self._background().submit_coroutine(tag, self._play(batch, params))
-        else:
-            self._background().submit(tag, _prompt_ids(batch), params, together)
+        self.rows.submit(self._background(), tag, batch, params, together)
         self._submitted[tag] = (batch, params)
 
     @register(Dispatch.DP)
@@ -124,10 +140,7 @@ class RolloutWorker(Worker):
         if self.background is None or tag not in self._submitted:
             raise KeyError(f"no rollouts {tag!r} were submitted to this rank")
         batch, params = self._submitted.pop(tag)
-        results = self.background.take(tag)
-        if self.config.agent is not None:
-            return self._episodes_batch(batch, results, params)
-        return self._as_batch(batch, results, params)
+        return self.rows.collect(batch, self.background.take(tag), params)
 
     @register(Dispatch.RANK_ZERO)
     def background_counters(self) -> dict[str, float]:
@@ -156,86 +169,6 @@ class RolloutWorker(Worker):
         if self.background is None:
             self.background = BackgroundGeneration(self.backend)
         return self.background
-
-    def _episodes(self, batch: Batch, params: SamplingParams) -> Batch:
-        """``params.n`` multi-turn episodes per row (``rollout.agent``), as training rows."""
-
-        async def play() -> list:
-            try:
-                return await self._play(batch, params)
-            finally:
-                await self.backend.release_connections()
-
-        episodes = asyncio.run(play())
-        if self.config.free_cache_after_generate and hasattr(self.engine, "sleep"):
-            self.engine.sleep()
-        return self._episodes_batch(batch, episodes, params)
-
-    def _episodes_batch(self, batch: Batch, episodes: list, params: SamplingParams) -> Batch:
-        from ascent.agents.episodes import episodes_batch
-
-        out = episodes_batch(batch, episodes, params.n, params.max_new_tokens, self.pad_id)
-        return out.with_meta(weight_version=self.weight_version)
-
-    async def _play(self, batch: Batch, params: SamplingParams) -> list:
-        """Play ``params.n`` episodes of every row against the backend."""
-        # Imported here: the agent layer builds on the rollout package, not the reverse.
-        from ascent.agents.episodes import environment_factory
-        from ascent.agents.loop import AgentLimits, run_episodes
-
-        if self.backend is None:
-            raise ValueError("rollout.agent needs a request-level engine: native, serve or vllm")
-        if self._environments is None:
-            self._environments = environment_factory(self.config.agent)
-        agent = self.config.agent
-        limits = AgentLimits(
-            max_turns=agent.max_turns,
-            max_response_tokens=params.max_new_tokens,
-            max_tool_response_tokens=agent.max_tool_response_tokens,
-            max_model_len=self.config.max_model_len,
-            on_drift=agent.on_template_drift,
-            tools_in_prompt=agent.tools_in_prompt,
-        )
-        rows = [
-            {
-                "prompt": batch["raw_prompt"][i],
-                "data_source": batch["data_source"][i],
-                "reward_model": {"ground_truth": batch["ground_truth"][i]},
-                "extra_info": batch["extra_info"][i],
-                "tools": batch["tools"][i] if "tools" in batch else None,
-            }
-            for i in range(len(batch))
-        ]
-        return await run_episodes(
-            self.backend, self.tokenizer, self._environments, rows, params, limits
-        )
-
-    def _as_batch(self, batch: Batch, samples: list[Sample], params: SamplingParams) -> Batch:
-        width = params.max_new_tokens
-        rows = len(samples)
-        responses = torch.full((rows, width), self.pad_id, dtype=torch.long)
-        response_mask = torch.zeros(rows, width, dtype=torch.long)
-        log_probs = torch.zeros(rows, width, dtype=torch.float32)
-        versions = torch.zeros(rows, width, dtype=torch.int32)
-        for row, sample in enumerate(samples):
-            count = len(sample.token_ids)
-            responses[row, :count] = torch.tensor(sample.token_ids, dtype=torch.long)
-            response_mask[row, :count] = 1
-            if sample.log_probs is not None:
-                log_probs[row, :count] = torch.tensor(sample.log_probs)
-            versions[row, :count] = torch.tensor(
-                sample.weight_versions or [sample.weight_version] * count, dtype=torch.int32
-            )
-        repeated = batch.repeat_interleave(params.n)
-        return repeated.assign(
-            responses=responses,
-            response_mask=response_mask,
-            rollout_log_probs=log_probs,
-            rollout_weight_versions=versions,
-            input_ids=torch.cat([repeated["prompts"], responses], dim=1),
-            attention_mask=torch.cat([repeated["prompt_mask"].long(), response_mask], dim=1),
-            finish_reason=[s.finish_reason for s in samples],
-        ).with_meta(weight_version=self.weight_version)
 
     # -- weights ----------------------------------------------------------------------------
 
@@ -330,11 +263,3 @@ class RolloutWorker(Worker):
                 f"weight_difference needs an in-process engine, not {self.config.engine}"
             )
         return self.engine.max_weight_difference(reference.items())
-
-
-def _prompt_ids(batch: Batch) -> list[list[int]]:
-    """Each row's prompt tokens (``prompts`` without the left padding)."""
-    return [
-        row[mask.bool()].tolist()
-        for row, mask in zip(batch["prompts"], batch["prompt_mask"], strict=True)
-    ]

@@ -1,0 +1,83 @@
+"""Agent episodes as the rollout role's rows (``rollout.agent``): ``params.n`` multi-turn
+episodes per prompt played against the backend, each turned into training rows
+(``episodes_batch``). The rollout role (``ascent.workers.rollout``) plugs this in where plain
+samples would go."""
+
+import asyncio
+from collections.abc import Callable
+
+from ascent.agents.config import AgentConfig
+from ascent.agents.episodes import environment_factory, episodes_batch
+from ascent.agents.loop import AgentLimits, run_episodes
+from ascent.batch import Batch
+from ascent.rollout.background import BackgroundGeneration
+from ascent.rollout.protocol import RolloutBackend
+from ascent.rollout.types import SamplingParams
+
+
+class EpisodeRollouts:
+    def __init__(
+        self,
+        config: AgentConfig,
+        backend: RolloutBackend,
+        tokenizer: object,
+        *,
+        max_model_len: int,
+        pad_id: int,
+        weight_version: Callable[[], int],
+    ) -> None:
+        if not backend.request_level:
+            raise ValueError("rollout.agent needs a request-level engine: native, serve or vllm")
+        self.config, self.backend, self.tokenizer = config, backend, tokenizer
+        self.max_model_len, self.pad_id, self.weight_version = max_model_len, pad_id, weight_version
+        self.environments = environment_factory(config)  # a row -> a fresh environment
+
+    def generate(self, batch: Batch, params: SamplingParams) -> Batch:
+        async def play() -> list:
+            try:
+                return await self.play(batch, params)
+            finally:
+                await self.backend.release_connections()
+
+        return self.collect(batch, asyncio.run(play()), params)
+
+    def submit(
+        self,
+        background: BackgroundGeneration,
+        tag: str,
+        batch: Batch,
+        params: SamplingParams,
+        together: bool,
+    ) -> None:
+        """Play the episodes beside training (``together`` does not apply: turns of many
+        episodes interleave by nature)."""
+        background.submit_coroutine(tag, self.play(batch, params))
+
+    def collect(self, batch: Batch, episodes: list, params: SamplingParams) -> Batch:
+        out = episodes_batch(batch, episodes, params.n, params.max_new_tokens, self.pad_id)
+        return out.with_meta(weight_version=self.weight_version())
+
+    async def play(self, batch: Batch, params: SamplingParams) -> list:
+        """Play ``params.n`` episodes of every row against the backend."""
+        agent = self.config
+        limits = AgentLimits(
+            max_turns=agent.max_turns,
+            max_response_tokens=params.max_new_tokens,
+            max_tool_response_tokens=agent.max_tool_response_tokens,
+            max_model_len=self.max_model_len,
+            on_drift=agent.on_template_drift,
+            tools_in_prompt=agent.tools_in_prompt,
+        )
+        rows = [
+            {
+                "prompt": batch["raw_prompt"][i],
+                "data_source": batch["data_source"][i],
+                "reward_model": {"ground_truth": batch["ground_truth"][i]},
+                "extra_info": batch["extra_info"][i],
+                "tools": batch["tools"][i] if "tools" in batch else None,
+            }
+            for i in range(len(batch))
+        ]
+        return await run_episodes(
+            self.backend, self.tokenizer, self.environments, rows, params, limits
+        )

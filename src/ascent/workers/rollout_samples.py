@@ -1,0 +1,70 @@
+"""Plain samples as the rollout role's rows: ``params.n`` responses per prompt, in the
+training layout. (With ``rollout.agent`` the role plugs in ``ascent.agents.rollouts``
+instead.)"""
+
+from collections.abc import Callable
+
+import torch
+
+from ascent.batch import Batch
+from ascent.rollout.background import BackgroundGeneration
+from ascent.rollout.protocol import RolloutBackend
+from ascent.rollout.types import Sample, SamplingParams
+
+
+class SampleRollouts:
+    def __init__(
+        self, backend: RolloutBackend, *, pad_id: int, weight_version: Callable[[], int]
+    ) -> None:
+        self.backend, self.pad_id, self.weight_version = backend, pad_id, weight_version
+
+    def generate(self, batch: Batch, params: SamplingParams) -> Batch:
+        return self.collect(batch, self.backend.generate_batch(prompt_ids(batch), params), params)
+
+    def submit(
+        self,
+        background: BackgroundGeneration,
+        tag: str,
+        batch: Batch,
+        params: SamplingParams,
+        together: bool,
+    ) -> None:
+        background.submit(tag, prompt_ids(batch), params, together)
+
+    def collect(self, batch: Batch, samples: list[Sample], params: SamplingParams) -> Batch:
+        """Every row of ``batch`` repeated ``params.n`` times with its samples: ``responses``,
+        ``response_mask``, ``rollout_log_probs``, ``rollout_weight_versions`` (B * n, max new
+        tokens), ``input_ids`` / ``attention_mask`` (prompt then response), ``finish_reason``;
+        the engine's ``weight_version`` in the meta."""
+        width, rows = params.max_new_tokens, len(samples)
+        responses = torch.full((rows, width), self.pad_id, dtype=torch.long)
+        response_mask = torch.zeros(rows, width, dtype=torch.long)
+        log_probs = torch.zeros(rows, width, dtype=torch.float32)
+        versions = torch.zeros(rows, width, dtype=torch.int32)
+        for row, sample in enumerate(samples):
+            count = len(sample.token_ids)
+            responses[row, :count] = torch.tensor(sample.token_ids, dtype=torch.long)
+            response_mask[row, :count] = 1
+            if sample.log_probs is not None:
+                log_probs[row, :count] = torch.tensor(sample.log_probs)
+            versions[row, :count] = torch.tensor(
+                sample.weight_versions or [sample.weight_version] * count, dtype=torch.int32
+            )
+        repeated = batch.repeat_interleave(params.n)
+        return repeated.assign(
+            responses=responses,
+            response_mask=response_mask,
+            rollout_log_probs=log_probs,
+            rollout_weight_versions=versions,
+            input_ids=torch.cat([repeated["prompts"], responses], dim=1),
+            attention_mask=torch.cat([repeated["prompt_mask"].long(), response_mask], dim=1),
+            finish_reason=[s.finish_reason for s in samples],
+        ).with_meta(weight_version=self.weight_version())
+
+
+def prompt_ids(batch: Batch) -> list[list[int]]:
+    """Each row's prompt tokens (``prompts`` without the left padding)."""
+    return [
+        row[mask.bool()].tolist()
+        for row, mask in zip(batch["prompts"], batch["prompt_mask"], strict=True)
+    ]

@@ -8,7 +8,9 @@ import pytest
 from ascent.algos.advantages import ADVANTAGE_ESTIMATORS
 from ascent.config import load_config
 from ascent.trainer.rl.config import RLConfig
+from ascent.trainer.rl.loop import train_rl
 from ascent.trainer.rl.plan import make_plan
+from tests.trainer.rl_setup import config, metric
 
 BASE = ["model.path=/m", "data.train_files=[t.parquet]", "algorithm.kl.mode=none"]
 
@@ -31,6 +33,7 @@ TODAY = {
     "sppo": (set(), False, False, False),
 }
 ROLES = ("critic", "implicit_prm", "reference", "greedy_baseline")
+CUSTOM = "algorithm.estimator=tests.trainer.estimators:"
 
 
 def plan_for(*overrides: str):
@@ -60,3 +63,27 @@ def test_every_built_in_estimator_keeps_its_roles(estimator):
     assert refused(chosen, "trainer.mode=one_step_off") == ahead
     with_kl = plan_for(chosen, "algorithm.kl.mode=loss")
     assert with_kl.reference and with_kl.critic == plan.critic
+
+
+def test_an_estimator_by_import_path_gets_the_roles_it_declares():
+    plan = plan_for(f"{CUSTOM}value_baseline")
+    assert plan.critic and not (plan.implicit_prm or plan.reference or plan.greedy_baseline)
+    plain = plan_for(f"{CUSTOM}reward_to_go")
+    assert not any(getattr(plain, role) for role in ROLES)
+
+
+def test_the_critic_an_estimator_by_import_path_asks_for_runs(tiny_model, prompts, tmp_path):
+    """Two steps: the critic's values reach the estimator and the critic trains."""
+    run = config(
+        tiny_model,
+        prompts,
+        tmp_path,
+        f"{CUSTOM}value_baseline",
+        "data.prompts_per_step=4",
+        "rollout.samples_per_prompt=4",
+        "trainer.total_steps=2",
+    )
+    assert "critic" in make_plan(run).describe(run)
+    assert train_rl(run)["steps"] == 2
+    assert len(metric(tmp_path, "critic/vf_loss")) == 2
+    assert len(metric(tmp_path, "critic/values/mean")) == 2

@@ -22,7 +22,9 @@ from ascent.trainer.rl.presets import PRESETS, Preset
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything derived from the config; checked before any worker starts."""
+    """Everything derived from the config; checked before any worker starts. ``critic``,
+    ``implicit_prm`` and ``greedy_baseline`` (and ``reference`` beside a KL term) follow from
+    what the estimator declared it needs (``ascent.algos.needs``)."""
 
     estimator: str
     estimator_params: dict[str, Any]

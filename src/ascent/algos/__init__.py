@@ -11,6 +11,7 @@ from ascent.algos.kl_control import AdaptiveKLController, FixedKLController
 from ascent.algos.logprobs import token_log_probs_and_entropy
 from ascent.algos.logprobs_hidden import token_log_probs_and_entropy_from_hidden
 from ascent.algos.losses import POLICY_LOSSES, compute_policy_loss
+from ascent.algos.needs import Needs, needs, needs_of
 from ascent.algos.objective import actor_objective
 from ascent.algos.rollout_correction import RolloutCorrection, rollout_correction
 from ascent.algos.types import (
@@ -36,6 +37,7 @@ __all__ = [
     "FixedKLController",
     "LossNormalizer",
     "LossOutput",
+    "Needs",
     "PolicyLossInputs",
     "RolloutCorrection",
     "TokenLoss",
@@ -46,6 +48,8 @@ __all__ = [
     "compute_policy_loss",
     "kl_estimate",
     "kl_penalty_in_reward",
+    "needs",
+    "needs_of",
     "rollout_correction",
     "token_log_probs_and_entropy",
     "token_log_probs_and_entropy_from_hidden",

@@ -4,6 +4,10 @@ Every estimator has the signature ``fn(inputs: AdvantageInputs, **params) -> Adv
 runs under ``torch.no_grad`` and returns (B, T) advantages and returns that are zero outside
 the response mask. Add your own with ``ADVANTAGE_ESTIMATORS.register("name", fn)`` or name it
 in the config as ``package.module:function`` / ``path/to/file.py:function``.
+
+What an estimator reads beyond rewards, mask and groups is declared on it with
+``@needs(...)`` (``ascent.algos.needs``): gae the critic's values, remax greedy baseline
+scores, prime an implicit PRM's process rewards. The trainer derives its roles from that.
 """
 
 from ascent.algos.advantages.gae import gae

@@ -19,9 +19,11 @@ import torch
 from torch import Tensor
 
 from ascent.algos.masking import as_bool, at_least_float32, keep_valid, masked_whiten
+from ascent.algos.needs import needs
 from ascent.algos.types import AdvantageInputs, Advantages
 
 
+@needs(values=True)
 @torch.no_grad()
 def gae(
     inputs: AdvantageInputs,

@@ -21,6 +21,7 @@ import torch
 
 from ascent.algos.groups import dense_group_index, group_sum, sequence_scores
 from ascent.algos.masking import as_bool, at_least_float32, keep_valid, masked_whiten
+from ascent.algos.needs import needs
 from ascent.algos.types import AdvantageInputs, Advantages
 
 
@@ -38,6 +39,7 @@ def leave_one_out_mean(values: torch.Tensor, group_ids: torch.Tensor) -> torch.T
     return (totals[index] - values) / (counts[index] - 1)
 
 
+@needs(process_rewards=True, min_group_size=2)
 @torch.no_grad()
 def prime(
     inputs: AdvantageInputs,

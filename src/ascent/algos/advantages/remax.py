@@ -10,9 +10,11 @@ The trainer generates the greedy response and scores it; it arrives as
 import torch
 
 from ascent.algos.masking import as_bool, at_least_float32, keep_valid
+from ascent.algos.needs import needs
 from ascent.algos.types import AdvantageInputs, Advantages
 
 
+@needs(baseline_scores=True)
 @torch.no_grad()
 def remax(inputs: AdvantageInputs) -> Advantages:
     """Reward-to-go minus the greedy baseline; needs ``inputs.baseline_scores``."""

@@ -13,6 +13,12 @@ from ascent.rollout.protocol import TokenOut
 from ascent.rollout.tool_calls import assistant_message
 
 
+def error_body(status: int, message: str, param: str | None = None) -> dict:
+    """OpenAI's error body: a 4xx is the client's ``invalid_request_error``, a 5xx ours."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 

@@ -8,9 +8,11 @@ client never silently gets something other than what it asked for. Extensions (a
 returned.
 """
 
+import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import Request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ascent.rollout.types import SamplingParams
 
@@ -107,3 +109,20 @@ class UpdateWeightsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(description="A directory of *.safetensors files with the new weights.")
+
+
+async def parse(request: Request, model: type[BaseModel]) -> BaseModel:
+    """The request's JSON body as ``model``; a body that is not JSON, not an object or not
+    valid is a ``RequestError`` naming the first field at fault."""
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as bad:
+        raise RequestError(f"the body is not valid JSON: {bad}") from None
+    if not isinstance(body, dict):
+        raise RequestError("the body must be a JSON object")
+    try:
+        return model.model_validate(body)
+    except ValidationError as bad:
+        first = bad.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise RequestError(f"{field}: {first['msg']}", field) from None

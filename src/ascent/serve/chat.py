@@ -1,0 +1,110 @@
+"""``POST /v1/chat/completions``: messages rendered with the model's chat template (``tools``
+included), Hermes tool calls parsed into ``tool_calls``; streamed for ``n=1``."""
+
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+
+from ascent.rollout.protocol import TokenOut, render_chat
+from ascent.serve import responses as r
+from ascent.serve.schema import ChatRequest, RequestError, parse
+from ascent.serve.served import Served
+
+
+class Chat:
+    """The chat route over ``served``."""
+
+    def __init__(self, served: Served) -> None:
+        self.served = served
+
+    async def chat(self, request: Request) -> object:
+        served = self.served
+        body = await parse(request, ChatRequest)
+        served.check(body)
+        tools = body.tools if body.tool_choice != "none" else None
+        try:
+            prompt = render_chat(served.tokenizer, body.messages, tools)
+        except Exception as bad:  # jinja errors name the template's complaint
+            raise RequestError(f"messages: the chat template failed: {bad}", "messages") from None
+        # Without a limit the reply may fill the context (the engine stops it there).
+        limit = body.max_completion_tokens or body.max_tokens or served.engine.max_model_len
+        sampling = body.sampling(limit, limit, served.eos)
+        served.check_prompt(prompt, sampling, "messages")
+        if body.stream:
+            if body.n != 1:
+                raise RequestError("stream needs n=1", "stream")
+            stream = self.stream(body, prompt, sampling, bool(tools))
+            return StreamingResponse(stream, media_type="text/event-stream")
+        outs = await served.run(prompt, sampling)
+        choices = [
+            r.chat_choice(
+                j,
+                served.tokenizer,
+                prompt,
+                out,
+                sampling.stop,
+                body.skip_special_tokens,
+                body.logprobs,
+                bool(tools),
+            )
+            for j, out in enumerate(outs)
+        ]
+        generated = sum(len(o.token_ids) for o in outs)
+        return r.envelope(
+            "chat.completion",
+            r.new_id("chatcmpl"),
+            served.model_name,
+            choices,
+            usage=r.usage(len(prompt), generated),
+        )
+
+    async def stream(
+        self, body: ChatRequest, prompt: list[int], sampling: object, tools: bool
+    ) -> AsyncIterator[str]:
+        """Content deltas as they are final; with tools, one delta at the end (a tool call
+        is only known once its block closes)."""
+        tokenizer, model_name = self.served.tokenizer, self.served.model_name
+        request_id = r.new_id("chatcmpl")
+        text = r.TextStream(tokenizer, sampling.stop, body.skip_special_tokens)
+
+        def chunk(delta: dict, finish: str | None = None, **extra: object) -> str:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish, **extra}
+            return r.sse(r.envelope("chat.completion.chunk", request_id, model_name, [choice]))
+
+        yield chunk({"role": "assistant", "content": ""})
+        async for item in self.served.token_items(prompt, sampling):
+            if isinstance(item, str):  # an error event
+                yield item
+                return
+            if isinstance(item, TokenOut):
+                final = r.chat_choice(
+                    0,
+                    tokenizer,
+                    prompt,
+                    item,
+                    sampling.stop,
+                    body.skip_special_tokens,
+                    False,
+                    tools,
+                )
+                if tools:
+                    delta = {k: v for k, v in final["message"].items() if k != "role"}
+                else:
+                    delta = {"content": text.finish(item)}
+                yield chunk(delta, final["finish_reason"], token_ids=[])
+                yield r.sse("[DONE]")
+                return
+            token, log_prob, version = item
+            delta = {} if tools else {"content": text.push(token)}
+            logprobs = token_logprobs(tokenizer, token, log_prob) if body.logprobs else None
+            yield chunk(
+                delta, None, logprobs=logprobs, token_ids=[token], weight_versions=[version]
+            )
+
+
+def token_logprobs(tokenizer: object, token: int, log_prob: float) -> dict:
+    """A streamed token's ``logprobs`` in OpenAI's chat format (no top alternatives)."""
+    piece = tokenizer.decode([token])
+    entry = {"token": piece, "logprob": log_prob, "bytes": list(piece.encode())}
+    return {"content": [{**entry, "top_logprobs": []}]}

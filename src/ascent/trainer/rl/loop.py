@@ -68,7 +68,7 @@ def train_rl(config: RLConfig) -> dict:
                 run.tracker.log(history[-1][1], 0, printer=tqdm.write)
             for step in range(run.start_step, run.total_steps):
                 began = time.perf_counter()
-                rollouts, metrics = run.collect(step)  # generate + score
+                rollouts, metrics = run.source.collect(step)  # generate + score (sources.py)
                 batch = rollouts
                 if len(rollouts):  # empty when dynamic sampling found no group with signal
                     batch, learned = learn(run, rollouts, step)

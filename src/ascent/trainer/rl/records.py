@@ -9,22 +9,38 @@ from typing import Any
 from ascent.batch import Batch
 from ascent.controller import WorkerGroup
 from ascent.rollout.types import response_lengths
-from ascent.trainer.tracking import keep_records_up_to
+from ascent.trainer.rl.config import RLConfig
+from ascent.trainer.tracking import Tracker, keep_records_up_to
 
 TRAINED_PROMPTS = "trained_prompts.jsonl"  # per step: the prompt_id of every group trained on
 GENERATIONS = "generations.jsonl"
+CONSOLE = [  # the metrics the console sink prints
+    "critic/score/mean",
+    "critic/acc/mean",
+    "reward/model/mean",
+    "reward/judge/mean",
+    "actor/pg_loss",
+    "actor/entropy",
+    "actor/grad_norm",
+    "actor/ppo_kl",
+    "critic/vf_loss",
+    "response_length/mean",
+    "timing_s/step",
+    "val/",
+]
 
 
 class StepRecords:
-    """Appends each step's records; a resumed run first drops the lost attempt's records
-    after its checkpoint's step, so every step is recorded once."""
+    """Appends each step's records; a run resumed at step ``resumed`` first drops the lost
+    attempt's records after it, so every step is recorded once."""
 
-    def __init__(self, run_dir: Path, tokenizer: Any, log_generations: int) -> None:
+    def __init__(
+        self, run_dir: Path, tokenizer: Any, log_generations: int, resumed: int | None
+    ) -> None:
         self.run_dir, self.tokenizer, self.log_generations = run_dir, tokenizer, log_generations
-
-    def keep_up_to(self, step: int) -> None:
-        for name in (GENERATIONS, TRAINED_PROMPTS):
-            keep_records_up_to(self.run_dir / name, step)
+        if resumed is not None:
+            for name in (GENERATIONS, TRAINED_PROMPTS):
+                keep_records_up_to(self.run_dir / name, resumed)
 
     def write(self, step: int, batch: Batch) -> None:
         if "prompt_id" in batch:  # which data rows this step trained on, for audits
@@ -54,6 +70,21 @@ class StepRecords:
                 }
             )
         return records
+
+
+def run_tracker(
+    config: RLConfig, run_dir: Path, resumed: int | None, run_ids: dict | None
+) -> Tracker:
+    """Metrics to the tracking sinks; a run resumed at step ``resumed`` continues the same
+    tracked runs (``run_ids``) from there."""
+    return Tracker(
+        run_dir,
+        config.tracking,
+        config.model_dump(mode="json"),
+        console_keys=CONSOLE,
+        resume_step=resumed,
+        run_ids=run_ids,
+    )
 
 
 def write_processes(path: Path, groups: dict[str, WorkerGroup]) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from ascent.batch import Batch
 from ascent.config import dump_config
 from ascent.controller import WorkerGroup
-from ascent.data.rl import PromptStream, RLPrompt, load_rl_prompts
+from ascent.data.rl import PromptStream
 from ascent.models.loading import load_tokenizer
 from ascent.rewards.judge import Judge
 from ascent.rewards.manager import RewardManager
@@ -21,30 +21,15 @@ from ascent.trainer.rl.advantage import AdvantageStage
 from ascent.trainer.rl.collapse import CollapseWatch
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.plan import make_plan
-from ascent.trainer.rl.records import StepRecords, write_processes
+from ascent.trainer.rl.prompts import load_run_prompts
+from ascent.trainer.rl.records import StepRecords, run_tracker, write_processes
 from ascent.trainer.rl.rewards import RunRewards
 from ascent.trainer.rl.roles import spawn_roles
 from ascent.trainer.rl.rows import row_kind
 from ascent.trainer.rl.sources import Scoring, WeightVersions, rollout_source
 from ascent.trainer.rl.timing import StageTimes
 from ascent.trainer.rl.validation import validate
-from ascent.trainer.run_dir import CannotStart, start_run
-from ascent.trainer.tracking import Tracker
-
-CONSOLE = [
-    "critic/score/mean",
-    "critic/acc/mean",
-    "reward/model/mean",
-    "reward/judge/mean",
-    "actor/pg_loss",
-    "actor/entropy",
-    "actor/grad_norm",
-    "actor/ppo_kl",
-    "critic/vf_loss",
-    "response_length/mean",
-    "timing_s/step",
-    "val/",
-]
+from ascent.trainer.run_dir import start_run
 
 
 class RLRun:
@@ -58,7 +43,9 @@ class RLRun:
         )
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.rows = row_kind(config.rollout.agent)
-        train = self._load_prompts()
+        train, self.val_prompts = load_run_prompts(
+            config.data, self.tokenizer, self.rows.prompt_check()
+        )
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoints = Checkpoints(
@@ -87,7 +74,9 @@ class RLRun:
         rm = self.groups.get("reward_model")
         self.rewards = RunRewards(function_rewards, config.reward_model, self.tokenizer, rm, judge)
         write_processes(self.run_dir / "processes.json", self.groups)
-        self._open_records()
+        resumed = self.begin.records_up_to
+        self.records = StepRecords(self.run_dir, self.tokenizer, cfg.log_generations, resumed)
+        self.tracker = run_tracker(config, self.run_dir, resumed, self.begin.state.get("tracking"))
         self.timer = StageTimes()
         self.start_step = self.saved_step = self._resume()
         self.source = rollout_source(
@@ -103,44 +92,7 @@ class RLRun:
             checkpoint=self.begin.checkpoint,
         )
 
-    def _load_prompts(self) -> list[RLPrompt]:
-        """The training prompts; the validation prompts go to ``val_prompts``. Refuses a
-        step larger than the data."""
-        data = self.config.data
-        check = self.rows.prompt_check()
-        train, counts = load_rl_prompts(data.train_files, self.tokenizer, data, check)
-        val, val_counts = load_rl_prompts(data.val_files, self.tokenizer, data, check)
-        self.val_prompts = val[: data.val_max_prompts]
-        print(f"prompts: train {dict(counts)}; validation {dict(val_counts)}")
-        if len(train) < data.prompts_per_step:
-            raise CannotStart(
-                f"data.prompts_per_step={data.prompts_per_step} is more than the "
-                f"{len(train)} usable prompts of data.train_files ({dict(counts)}): every step "
-                "would repeat prompts; lower data.prompts_per_step or add data"
-            )
-        return train
-
-    def _open_records(self) -> None:
-        """Metrics to the tracking sinks, step records to the run directory; a resumed run
-        first drops the records its lost attempt wrote after the checkpoint."""
-        cfg = self.config
-        self.records = StepRecords(self.run_dir, self.tokenizer, cfg.trainer.log_generations)
-        if self.begin.records_up_to is not None:
-            self.records.keep_up_to(self.begin.records_up_to)
-        self.tracker = Tracker(
-            self.run_dir,
-            cfg.tracking,
-            cfg.model_dump(mode="json"),
-            console_keys=CONSOLE,
-            resume_step=self.begin.records_up_to,
-            run_ids=self.begin.state.get("tracking"),
-        )
-
     # -- stages the loop calls --------------------------------------------------------------
-
-    def collect(self, step: int) -> tuple[Batch, dict[str, float]]:
-        """The step's scored responses, from the run's rollout source (``sources.py``)."""
-        return self.source.collect(step)
 
     def sync_rollout(self, updated: bool = True) -> None:
         """Before new weights go to the generator, the source finishes what must finish

@@ -199,3 +199,14 @@ def test_transformers_reference_engine_agrees_on_greedy(tiny_model):
     assert [s.token_ids for s in native] == [s.token_ids for s in reference]
     for a, b in zip(native, reference, strict=True):
         assert max(abs(x - y) for x, y in zip(a.log_probs, b.log_probs, strict=True)) < 1e-4
+
+
+def test_loaded_weights_carry_the_version_they_are_given(tiny_model):
+    """Tokens record the version the caller gives the weights; without one, versions count on
+    from the last."""
+    model = load_causal_lm(tiny_model)
+    engine = NativeEngine(model, max_num_seqs=4, max_model_len=256)
+    greedy = SamplingParams(temperature=0, max_new_tokens=4)
+    assert engine.load_weights(model.named_parameters(), version=7) == 7
+    assert set(engine.generate([[5, 6, 7]], greedy)[0].weight_versions) == {7}
+    assert engine.load_weights(model.named_parameters()) == 8

@@ -108,3 +108,20 @@ def test_a_dead_server_restarts_with_the_latest_weights_and_the_version_count(
 def test_a_server_without_per_token_versions_is_refused_by_name(served):
     with pytest.raises(RuntimeError, match="no per-token weight_versions"):
         served._token_versions(0, {"token_ids": [1, 2]}, 0)
+
+
+def test_weights_carry_the_version_the_trainer_gives_them_and_a_restart_keeps_it(
+    served, tiny_model, tmp_path
+):
+    """The trainer numbers its weights; the server stamps that number on every token they
+    sample (no translation on the client), and a restarted server is given it again."""
+    other = causal_lm_from_config(load_causal_lm(tiny_model).config, seed=13)
+    path = str(write_weights(tmp_path / "numbered", other.named_parameters()))
+    assert asyncio.run(served.update_weights_from_disk(path, version=41)) == 41
+    assert asyncio.run(served.weight_version()) == 41
+    assert {v for s in served.generate_batch(PROMPTS, GREEDY) for v in s.weight_versions} == {41}
+    process = served.processes[0]
+    process.process.kill()
+    process.process.wait()
+    again = served.generate_batch(PROMPTS[:1], GREEDY)  # restarted with the latest weights
+    assert set(again[0].weight_versions) == {41}

@@ -123,16 +123,26 @@ class NativeEngine:
         self.cache.wake()
 
     def load_weights(
-        self, named_tensors: Iterable[tuple[str, Tensor]], *, alias: bool = False
+        self,
+        named_tensors: Iterable[tuple[str, Tensor]],
+        *,
+        alias: bool = False,
+        version: int | None = None,
     ) -> int:
-        """Take a complete new set of weights, one tensor at a time; returns the new version.
+        """Take a complete new set of weights, one tensor at a time; returns their version:
+        ``version`` as the trainer numbers its weights (stamped on every token they sample),
+        or, without one, the engine's last version + 1.
 
         ``alias=True`` makes each parameter share the given tensor's storage when shape,
         dtype and device match (no copy: a colocated, unsharded trainer's own tensors).
         """
         update = self.begin_weight_update()
         update.load(named_tensors, alias=alias)
-        return update.finish()
+        return update.finish(version)
+
+    def set_weight_version(self, version: int) -> None:
+        """Call the weights held now ``version`` (a new client's numbering)."""
+        self.scheduler.weight_version = version
 
     def begin_weight_update(self) -> "WeightUpdate":
         """Start a refresh that may arrive in several parts (buckets from another device)."""
@@ -258,9 +268,12 @@ class WeightUpdate:
                 param.data.copy_(tensor)
             self.seen.add(name)
 
-    def finish(self) -> int:
+    def finish(self, version: int | None = None) -> int:
+        """The new weights' version: ``version``, or the engine's last + 1."""
         missing = sorted(set(self.params) - self.seen)
         if missing:
             raise ValueError(f"weights missing for {len(missing)} parameters, e.g. {missing[:3]}")
-        self.engine.scheduler.weight_version += 1
+        self.engine.set_weight_version(
+            self.engine.weight_version + 1 if version is None else version
+        )
         return self.engine.weight_version

@@ -217,7 +217,8 @@ class HTTPBackend(RolloutBackend):
 class PolicyServers(HTTPBackend):
     """Servers that follow the trained policy: each refresh is a safetensors directory
     (written under ``weights_dir`` by the rollout worker) that every server reloads from
-    (``_load``); ``version`` counts refreshes. A restarted server gets the latest directory
+    (``_load``) and stamps with the version the refresh carries (``version``: the latest; a
+    refresh without one counts on). A restarted server gets the latest directory and version
     again. ``pause``/``resume`` are the servers' own (``POST /pause?mode=``, ``/resume``:
     vLLM's dev mode and ``ascent serve`` agree)."""
 
@@ -249,18 +250,18 @@ class PolicyServers(HTTPBackend):
     async def resume(self) -> None:
         await self._admin("POST", "/resume")
 
-    async def update_weights_from_disk(self, path: str) -> int:
-        await self._load(path, range(len(self.urls)), self.version + 1)
-        self.weights_path = path
-        self.version += 1
-        return self.version
+    async def update_weights_from_disk(self, path: str, version: int | None = None) -> int:
+        version = self.version + 1 if version is None else version
+        await self._load(path, range(len(self.urls)), version)
+        self.weights_path, self.version = path, version
+        return version
 
-    async def update_weights_held(self, path: str) -> int:
+    async def update_weights_held(self, path: str, version: int | None = None) -> int:
         """``update_weights_from_disk`` with the servers' requests held where they are
         (pause "keep", reload, resume): an update in flight (trainer.mode async)."""
         await self.pause("keep")
         try:
-            return await self.update_weights_from_disk(path)
+            return await self.update_weights_from_disk(path, version)
         finally:
             await self.resume()
 

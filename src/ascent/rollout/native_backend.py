@@ -244,16 +244,22 @@ class NativeBackend(RolloutBackend):
 
         await asyncio.wrap_future(self._call(resume_now))
 
-    async def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> int:
+    async def update_weights(
+        self, named_tensors: Iterable[tuple[str, Tensor]], version: int | None = None
+    ) -> int:
         """Copy new weights in between two decode steps (keep mode: in-flight responses go
-        on with them); returns the new weight version."""
+        on with them); returns their version (``version``, else the last + 1)."""
         tensors = list(named_tensors)
-        return await asyncio.wrap_future(self._call(lambda: self.engine.load_weights(tensors)))
+        load = lambda: self.engine.load_weights(tensors, version=version)  # noqa: E731
+        return await asyncio.wrap_future(self._call(load))
 
-    async def update_weights_from_disk(self, path: str) -> int:
+    async def update_weights_from_disk(self, path: str, version: int | None = None) -> int:
         from ascent.rollout.weight_files import read_weights
 
-        return await self.update_weights(read_weights(path))
+        return await self.update_weights(read_weights(path), version)
+
+    async def set_weight_version(self, version: int) -> None:
+        await asyncio.wrap_future(self._call(lambda: self.engine.set_weight_version(version)))
 
     async def weight_version(self) -> int:
         return self.engine.weight_version

@@ -163,15 +163,26 @@ class RolloutBackend:
     async def resume(self) -> None:
         self._require(Capability.PAUSE)
 
-    async def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> int:
+    # Weight refresh: ``version`` is the trainer's number for the new weights, and every token
+    # they sample carries it; the backend stamps what it is told and keeps no numbering of its
+    # own (None: its last version + 1, for callers that do not number weights).
+
+    async def update_weights(
+        self, named_tensors: Iterable[tuple[str, Tensor]], version: int | None = None
+    ) -> int:
         self._require(Capability.UPDATE_WEIGHTS_IN_PLACE)
         raise NotImplementedError
 
-    async def update_weights_from_disk(self, path: str) -> int:
+    async def update_weights_from_disk(self, path: str, version: int | None = None) -> int:
         self._require(Capability.UPDATE_WEIGHTS_FROM_DISK)
         raise NotImplementedError
 
     async def weight_version(self) -> int:
+        self._require(Capability.WEIGHT_VERSION)
+        raise NotImplementedError
+
+    async def set_weight_version(self, version: int) -> None:
+        """Call the weights held now ``version``."""
         self._require(Capability.WEIGHT_VERSION)
         raise NotImplementedError
 

@@ -2,15 +2,15 @@
 a server process of its own per rollout rank (or at ``rollout.server.urls``), followed
 through HTTP.
 
-What it has that vLLM lacks: a refresh (``POST /update_weights {"path"}``) lands between two
-decode steps of the running batch, and every token comes back with the version of the
-weights that sampled it (``weight_versions``), so a response that spans an update in flight
-(trainer.mode async) is measured token by token, as in process.
+What it has that vLLM lacks: a refresh (``POST /update_weights {"path", "version"}``) lands
+between two decode steps of the running batch, and every token comes back with the version of
+the weights that sampled it (``weight_versions``), so a response that spans an update in
+flight (trainer.mode async) is measured token by token, as in process.
 
-Versions: the backend counts refreshes (``version``); each server counts its own loads from
-0 at its start. ``offsets[i]`` is the backend's version minus server i's, set at every load;
-it changes only when a server restarts (from 0) and reloads the latest weights, so the
-tokens of one response all translate with one offset.
+Versions are the trainer's: each refresh tells the servers what to call the new weights, and
+they stamp it on every token. A client that connects to a running server first tells it to
+call the weights it holds version 0 (``/update_weight_version``); a restarted server is given
+the latest weights with their version before it serves again.
 """
 
 import os
@@ -40,20 +40,21 @@ class ServeBackend(PolicyServers):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
-        # A server given by URL may have loaded weights before: its count is where we start.
-        self.offsets = [-self._server_version(url) for url in self.urls]
+        for url in self.urls:  # a server given by URL may have loaded weights before
+            self._call_it_version_0(url)
 
-    def _server_version(self, url: str) -> int:
+    def _call_it_version_0(self, url: str) -> None:
         try:
-            response = httpx.get(f"{url}/weight_version", timeout=self.timeout)
+            response = httpx.post(
+                f"{url}/update_weight_version", json={"new_version": 0}, timeout=self.timeout
+            )
         except httpx.HTTPError as error:
             raise ConnectionError(f"{self.name}: {url} does not answer: {error}") from None
         if response.status_code != 200:
             raise RuntimeError(
-                f"{url}/weight_version answered {response.status_code}: is it `ascent serve`? "
-                f"{response.text[:500]}"
+                f"{url}/update_weight_version answered {response.status_code}: is it `ascent "
+                f"serve`? {response.text[:500]}"
             )
-        return int(response.json()["weight_version"])
 
     def _token_versions(self, index: int, choice: dict, started: int) -> list[int]:
         versions = choice.get("weight_versions")
@@ -62,16 +63,11 @@ class ServeBackend(PolicyServers):
                 f"{self.urls[index]} returned no per-token weight_versions: "
                 "rollout.engine=serve needs an `ascent serve` server"
             )
-        return [v + self.offsets[index] for v in versions]
+        return versions
 
     async def _load(self, path: str, indices: Iterable[int], version: int) -> None:
         for index in indices:
-            response = await self._post(index, "/update_weights", {"path": str(path)})
-            self.offsets[index] = version - int(response.json()["weight_version"])
-
-    async def _after_restart(self, index: int) -> None:
-        self.offsets[index] = 0  # a fresh server: the initial weights, its count at 0
-        await super()._after_restart(index)
+            await self._post(index, "/update_weights", {"path": str(path), "version": version})
 
 
 def serve_command(

@@ -12,11 +12,15 @@ DEFAULT_BUCKET_BYTES = 512 * 2**20
 
 
 def sync_weights(
-    actor: WorkerGroup, rollout: WorkerGroup, bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    actor: WorkerGroup,
+    rollout: WorkerGroup,
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    version: int | None = None,
 ) -> int:
-    """Refresh every rollout rank from the actor; returns the rollout's new weight version."""
+    """Refresh every rollout rank from the actor, the new weights numbered ``version`` (None:
+    the rollout's last version + 1); returns the rollout's new weight version."""
     count = actor.weight_bucket_count(bucket_bytes)
-    rollout.begin_weight_update()
+    rollout.begin_weight_update(version)
     for index in range(count):
         bucket = actor.weight_bucket.submit(index, bucket_bytes).of_rank(0)
         rollout.load_weight_bucket(bucket)

@@ -5,7 +5,8 @@ Data plane: ``/v1/models``, ``/v1/completions`` (text or token-id prompts),
 ``tool_calls``); ``n``, stop strings and tokens, ``logprobs``, ``stream``. Every choice also
 carries ``token_ids``, ``prompt_token_ids`` and ``weight_versions`` (one per token), so an RL
 client trains on exactly what was sampled. Control plane, as in vLLM's dev mode:
-``POST /pause?mode=abort|wait|keep``, ``/resume``, ``/update_weights`` (``{"path": DIR}``),
+``POST /pause?mode=abort|wait|keep``, ``/resume``, ``/update_weights`` (``{"path": DIR,
+"version": N}``), ``/update_weight_version`` (``{"new_version": N}``, as vLLM's),
 ``/sleep``, ``/wake_up``; ``GET /weight_version``, ``/health``.
 
 Every request is served concurrently: each becomes engine requests that join the running
@@ -60,6 +61,7 @@ def build_app(
     app.post("/resume")(control.resume)
     app.post("/update_weights")(control.update_weights)
     app.get("/weight_version")(control.weight_version)
+    app.post("/update_weight_version")(control.update_weight_version)
     app.post("/sleep")(control.sleep)
     app.post("/wake_up")(control.wake_up)
     return app

@@ -5,7 +5,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from ascent.rollout.native_backend import NativeBackend
-from ascent.serve.schema import RequestError, UpdateWeightsRequest, parse
+from ascent.serve.schema import RequestError, UpdateWeightsRequest, WeightVersionRequest, parse
 
 
 class Control:
@@ -31,13 +31,18 @@ class Control:
     async def update_weights(self, request: Request) -> dict:
         body = await parse(request, UpdateWeightsRequest)
         try:
-            version = await self.backend.update_weights_from_disk(body.path)
+            version = await self.backend.update_weights_from_disk(body.path, body.version)
         except (FileNotFoundError, KeyError, ValueError) as bad:
             raise RequestError(f"path: {bad}", "path") from None
         return {"weight_version": version}
 
     async def weight_version(self) -> dict:
         return {"weight_version": await self.backend.weight_version()}
+
+    async def update_weight_version(self, request: Request) -> dict:
+        body = await parse(request, WeightVersionRequest)
+        await self.backend.set_weight_version(body.new_version)
+        return {"weight_version": body.new_version}
 
     async def sleep(self) -> dict:
         try:

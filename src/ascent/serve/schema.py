@@ -109,6 +109,17 @@ class UpdateWeightsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(description="A directory of *.safetensors files with the new weights.")
+    version: int | None = Field(
+        None, ge=0, description="Their version, stamped on the tokens they sample (None: +1)."
+    )
+
+
+class WeightVersionRequest(BaseModel):
+    """vLLM's body for ``/update_weight_version``: the version is a string there."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    new_version: int = Field(ge=0, description="What to call the weights held now.")
 
 
 async def parse(request: Request, model: type[BaseModel]) -> BaseModel:

@@ -67,6 +67,7 @@ class RolloutWorker(Worker):
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id or 0
         self._update: WeightUpdate | dict | None = None
+        self._update_version: int | None = None
         self.background: BackgroundGeneration | None = None  # see _background
         self._submitted: dict[str, tuple[Batch, SamplingParams]] = {}
         self.backend = start_backend(cfg, self.tokenizer, self.ctx.dp_rank, self.device)
@@ -153,14 +154,16 @@ class RolloutWorker(Worker):
             "restarted": float(self.background.restarted),
         }
 
-    def _load_in_background(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+    def _load_in_background(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None
+    ) -> int:
         """New weights between two decode steps of the running engine (copied)."""
         if self.engine is not None:
             tensors = list(named_tensors)
-            apply = lambda: self.backend.update_weights(tensors)  # noqa: E731
+            apply = lambda: self.backend.update_weights(tensors, version)  # noqa: E731
         else:
-            directory = self._write_for_server(named_tensors)
-            apply = lambda: self.backend.update_weights_held(str(directory))  # noqa: E731
+            directory = str(self._write_for_server(named_tensors))
+            apply = lambda: self.backend.update_weights_held(directory, version)  # noqa: E731
 
         return self._background().update_weights(apply, self.config.partial_rollouts)
 
@@ -173,8 +176,11 @@ class RolloutWorker(Worker):
     # -- weights ----------------------------------------------------------------------------
 
     @register(Dispatch.ALL)
-    def sync_from_colocated(self, role: str = "actor", check: bool = False) -> dict:
-        """Refresh from the ``role`` worker in this process.
+    def sync_from_colocated(
+        self, role: str = "actor", check: bool = False, version: int | None = None
+    ) -> dict:
+        """Refresh from the ``role`` worker in this process; the new weights are ``version``
+        (the trainer's number for them; None: the last version + 1).
 
         An unsharded actor (one rank) whose parameters have the engine's dtype and device is
         read in place: the engine's parameters alias the actor's tensors, no copy. Otherwise
@@ -185,9 +191,9 @@ class RolloutWorker(Worker):
         """
         engine = self.ctx.colocated(role).engine
         if self.config.background:
-            version = self._load_in_background(engine.full_weights())
+            version = self._load_in_background(engine.full_weights(), version)
         elif self.engine is None:  # a server: the weights travel through a safetensors directory
-            version = self._refresh_server(engine.full_weights())
+            version = self._refresh_server(engine.full_weights(), version)
         else:
             engine.reshard()  # alias the persistent shards, never a transient gathered copy
             model = unwrap(engine.module.model)
@@ -197,17 +203,19 @@ class RolloutWorker(Worker):
                     (n, p.to_local() if hasattr(p, "to_local") else p)
                     for n, p in model.named_parameters()
                 )
-                version = self.engine.load_weights(named, alias=True)
+                version = self.engine.load_weights(named, alias=True, version=version)
             else:
-                version = self.engine.load_weights(engine.full_weights())
+                version = self.engine.load_weights(engine.full_weights(), version=version)
         difference = None  # a server's weights cannot be read back
         if check and self.engine is not None:
             difference = self.engine.max_weight_difference(engine.full_weights())
         return {"weight_version": version, "max_weight_difference": difference}
 
     @register(Dispatch.ALL)
-    def begin_weight_update(self) -> None:
-        """Start a refresh that arrives in buckets (``load_weight_bucket``)."""
+    def begin_weight_update(self, version: int | None = None) -> None:
+        """Start a refresh that arrives in buckets (``load_weight_bucket``); the new weights
+        will be ``version`` (None: the last version + 1)."""
+        self._update_version = version
         gathered = self.engine is None or self.config.background  # applied at once, at the end
         self._update = {} if gathered else self.engine.begin_weight_update()
 
@@ -228,9 +236,9 @@ class RolloutWorker(Worker):
         if isinstance(self._update, dict):
             tensors, self._update = self._update, None
             if self.config.background:  # never half-new weights under a decode step
-                return self._load_in_background(tensors.items())
-            return self._refresh_server(tensors.items())
-        version, self._update = self._update.finish(), None
+                return self._load_in_background(tensors.items(), self._update_version)
+            return self._refresh_server(tensors.items(), self._update_version)
+        version, self._update = self._update.finish(self._update_version), None
         return version
 
     def _write_for_server(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Path:
@@ -243,13 +251,15 @@ class RolloutWorker(Worker):
             )
         return write_weights(self.backend.weights_dir, named_tensors)
 
-    def _refresh_server(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+    def _refresh_server(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None
+    ) -> int:
         """Write the weights where the server can read them and have it reload."""
         directory = self._write_for_server(named_tensors)
 
         async def reload() -> int:
             try:
-                return await self.backend.update_weights_from_disk(str(directory))
+                return await self.backend.update_weights_from_disk(str(directory), version)
             finally:
                 await self.backend.release_connections()
 

@@ -26,7 +26,7 @@ from ascent.trainer.rl.records import StepRecords, run_tracker, write_processes
 from ascent.trainer.rl.rewards import RunRewards
 from ascent.trainer.rl.roles import spawn_roles
 from ascent.trainer.rl.rows import row_kind
-from ascent.trainer.rl.sources import Scoring, WeightVersions, rollout_source
+from ascent.trainer.rl.sources import Scoring, rollout_source
 from ascent.trainer.rl.timing import StageTimes
 from ascent.trainer.rl.validation import validate
 from ascent.trainer.run_dir import start_run
@@ -62,7 +62,7 @@ class RLRun:
         self.algorithm = AdvantageStage(
             self.plan, config.algorithm.kl, config.rollout.max_response_length, cfg.seed, self.rows
         )
-        self.versions = WeightVersions(trainer=self.begin.state.get("weight_version", 0))
+        self.weight_version = self.begin.state.get("weight_version", 0)  # updates given
         self.nonfinite = NonFiniteGuard(cfg.max_consecutive_nonfinite, self.run_dir / "nonfinite")
         self.collapse = CollapseWatch(
             cfg.collapse_steps, cfg.collapse_tool_error_rate, cfg.stop_on_collapse
@@ -86,7 +86,7 @@ class RLRun:
             self.stream,
             Scoring(self.rewards, self.rows, self.timer),
             pad_id=self.pad_id,
-            versions=self.versions,
+            weight_version=lambda: self.weight_version,
             total_steps=self.total_steps,
             start_step=self.start_step,
             checkpoint=self.begin.checkpoint,
@@ -101,16 +101,15 @@ class RLRun:
         self._push_weights(updated)
 
     def _push_weights(self, updated: bool) -> None:
-        """The actor's weights into the rollout engine; ``versions.trainer`` counts the
-        updates it has been given (logged as rollout/weight_version, kept in checkpoints)."""
+        """The actor's weights into the rollout engine, numbered ``weight_version``: the
+        updates it has been given (stamped on the tokens they sample, logged as
+        rollout/weight_version, kept in checkpoints)."""
+        self.weight_version += int(updated)
         if self.config.rollout.resources is None:
-            engine_version = self.rollout.sync_from_colocated("actor")[0]["weight_version"]
+            self.rollout.sync_from_colocated("actor", version=self.weight_version)
         else:
-            engine_version = sync_weights(
-                self.actor, self.rollout, self.config.rollout.weight_bucket_bytes
-            )
-        self.versions.trainer += int(updated)
-        self.versions.offset = self.versions.trainer - engine_version
+            bucket_bytes = self.config.rollout.weight_bucket_bytes
+            sync_weights(self.actor, self.rollout, bucket_bytes, self.weight_version)
 
     def validate(self) -> dict[str, float]:
         """Greedy answers to the validation prompts, scored (``validation.py``)."""
@@ -122,7 +121,7 @@ class RLRun:
         timings = self.timer.take()
         tokens = float(batch["attention_mask"].sum())
         metrics |= timings | {
-            "rollout/weight_version": float(self.versions.trainer),
+            "rollout/weight_version": float(self.weight_version),
             "perf/throughput": tokens / max(timings.get("timing_s/step", math.inf), 1e-9),
         }
         self.tracker.log(metrics, step, printer=printer)
@@ -162,7 +161,7 @@ class RLRun:
 
         state = {
             "data": self.stream.state(),
-            "weight_version": self.versions.trainer,
+            "weight_version": self.weight_version,
             "nonfinite": self.nonfinite.state_dict(),
             "collapse": self.collapse.state_dict(),
             "tracking": self.tracker.run_ids(),

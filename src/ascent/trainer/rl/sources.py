@@ -7,7 +7,7 @@ A source has ``collect(step) -> (batch, metrics)``, ``before_sync()`` (called be
 weights go to the generator) and ``save(directory)`` (its part of a checkpoint)."""
 
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +22,6 @@ from ascent.trainer.rl.ahead import RolloutsAhead, staleness_metrics, step_seed
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.plan import Plan
 from ascent.trainer.rl.timing import StageTimes
-
-
-@dataclass
-class WeightVersions:
-    """``trainer``: the updates the generator has been given (what the trainer calls its
-    weights); ``offset``: that minus the generator's own count, which restarts with it."""
-
-    trainer: int = 0
-    offset: int = 0
 
 
 class Scoring:
@@ -140,22 +131,23 @@ class InTurn:
 
 class Ahead:
     """trainer.mode one_step_off / async: the step's rollouts, generated while earlier steps
-    trained (``RolloutsAhead``), then scored; their staleness in the trainer's weight
-    versions and the generator's busy time are measured."""
+    trained (``RolloutsAhead``), then scored; their staleness (tokens carry the trainer's
+    weight versions; ``weight_version()`` is the current one) and the generator's busy time
+    are measured."""
 
-    def __init__(self, ahead: RolloutsAhead, scoring: Scoring, versions: WeightVersions) -> None:
-        self.ahead, self.scoring, self.versions = ahead, scoring, versions
+    def __init__(
+        self, ahead: RolloutsAhead, scoring: Scoring, weight_version: Callable[[], int]
+    ) -> None:
+        self.ahead, self.scoring, self.weight_version = ahead, scoring, weight_version
 
     def collect(self, step: int) -> tuple[Batch, dict[str, float]]:
         self.ahead.fill(step)
         with self.scoring.times("wait_rollouts"):  # the trainer's idle time
             batch = self.ahead.take(step)
         metrics: defaultdict = defaultdict(float)
-        if "rollout_weight_versions" in batch:  # in the trainer's numbering
-            versions = batch["rollout_weight_versions"] + self.versions.offset
-            batch = batch.assign(rollout_weight_versions=versions)
-            mask = batch["response_mask"]
-            metrics.update(staleness_metrics(versions, mask, self.versions.trainer))
+        if "rollout_weight_versions" in batch:
+            versions, mask = batch["rollout_weight_versions"], batch["response_mask"]
+            metrics.update(staleness_metrics(versions, mask, self.weight_version()))
         metrics.update(self.ahead.generator_metrics())
         return self.scoring(batch, metrics), dict(metrics)
 
@@ -211,7 +203,7 @@ def rollout_source(
     scoring: Scoring,
     *,
     pad_id: int,
-    versions: WeightVersions,
+    weight_version: Callable[[], int],
     total_steps: int,
     start_step: int,
     checkpoint: Path | None,
@@ -237,5 +229,5 @@ def rollout_source(
             whole_batches=fixed,
         )
         ahead.start(start_step, checkpoint)
-        source = Ahead(ahead, scoring, versions)
+        source = Ahead(ahead, scoring, weight_version)
     return Dumped(source, cfg.dump_rollouts) if cfg.dump_rollouts else source

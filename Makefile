@@ -39,12 +39,12 @@ test: $(STAMP) $(VLLM_STAMP) lint
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench
-	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench examples
+	$(BIN)/ruff check --fix src tests bench examples
 
 bench: $(STAMP)
 	$(BIN)/python bench/logprob_memory.py

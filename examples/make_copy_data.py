@@ -5,7 +5,8 @@
 
 writes, relative to the current directory (or --root):
   runs/tiny-model/        a randomly initialised 2-layer Qwen2-shaped model with a byte-level
-                          tokenizer and a ChatML-style chat template (ascent.models.build_tiny_model)
+                          tokenizer and a ChatML-style chat template
+                          (ascent.models.build_tiny_model)
   data/copy_train.jsonl   2,000 conversations: the user says "repeat <word>", the assistant
   data/copy_val.jsonl     answers <word> (3-4 letters of a-h); 64 held-out ones
 Nothing is downloaded. With a real model, point model.path and data.* at your own instead.

@@ -38,7 +38,9 @@ def digit_share(text: str) -> float:
     return sum(c.isdigit() for c in text) / len(text) if text else 0.0
 
 
-def compute_score(data_source, solution_str, ground_truth, extra_info):
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: object, extra_info: dict | None
+) -> float:
     """The hidden rule as a verl-signature reward function, for measuring it on the side
     (examples/train_ppo_rm_digits.yaml, reward.function_weight=0)."""
     return digit_share(solution_str)

@@ -4,7 +4,8 @@ dynamic sampling's refill rounds and ReMax's greedy baselines), generated ahead 
 dumped (``trainer.dump_rollouts``).
 
 A source has ``collect(step) -> (batch, metrics)``, ``before_sync()`` (called before new
-weights go to the generator) and ``save(directory)`` (its part of a checkpoint)."""
+weights go to the generator) and ``save(directory)`` (its part of a checkpoint); sources
+with nothing in flight and nothing to save inherit ``Stateless``' no-ops."""
 
 from collections import defaultdict
 from collections.abc import Callable
@@ -22,6 +23,16 @@ from ascent.trainer.rl.ahead import RolloutsAhead, staleness_metrics, step_seed
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.plan import Plan
 from ascent.trainer.rl.timing import StageTimes
+
+
+class Stateless:
+    """A source with nothing in flight when weights change and nothing to checkpoint."""
+
+    def before_sync(self) -> None:
+        pass
+
+    def save(self, directory: Path) -> None:
+        pass
 
 
 class Scoring:
@@ -51,7 +62,7 @@ class Scoring:
         return scored["scores"]
 
 
-class InTurn:
+class InTurn(Stateless):
     """trainer.mode sync: the step's rollouts generated now and scored; with dynamic
     sampling, rounds of fresh prompts until enough groups have signal; with ReMax, each
     prompt's greedy answer scored as its samples' baseline."""
@@ -122,12 +133,6 @@ class InTurn:
             print(f"dynamic sampling: only {groups} group(s) with signal after the refill rounds")
         return batch.index(slice(0, groups * n))
 
-    def before_sync(self) -> None:
-        pass
-
-    def save(self, directory: Path) -> None:
-        pass
-
 
 class Ahead:
     """trainer.mode one_step_off / async: the step's rollouts, generated while earlier steps
@@ -158,7 +163,7 @@ class Ahead:
         self.ahead.save(directory)  # prompts submitted, not trained: submitted again
 
 
-class Replay:
+class Replay(Stateless):
     """trainer.replay_rollouts: the batches another run dumped, step by step."""
 
     def __init__(self, directory: str) -> None:
@@ -169,12 +174,6 @@ class Replay:
         if not path.exists():
             raise FileNotFoundError(f"replay: no saved batch for step {step + 1} at {path}")
         return Batch.load(path), {}
-
-    def before_sync(self) -> None:
-        pass
-
-    def save(self, directory: Path) -> None:
-        pass
 
 
 class Dumped:

@@ -35,8 +35,12 @@ def per_source_means(scored: Batch) -> dict[str, float]:
     by_source: dict[str, list[int]] = defaultdict(list)
     for row, source in enumerate(scored["data_source"]):
         by_source[source].append(row)
-    fields = {"acc": "acc", "score": "scores", "model_score": "model_scores"}
-    fields["judge_score"] = "judge_scores"
+    fields = {
+        "acc": "acc",
+        "score": "scores",
+        "model_score": "model_scores",
+        "judge_score": "judge_scores",
+    }
     metrics = {}
     for source, rows in by_source.items():
         for name, field in fields.items():

@@ -16,7 +16,8 @@ LAYERS = [
     ["engine"],
     ["models", "data"],
     ["rollout"],  # the generation service: engines and backends
-    ["agents", "rewards", "serve"],  # on top of generation
+    ["rewards"],  # scoring; where scores and turn rewards sit on tokens
+    ["agents", "serve"],  # on top of generation (episodes are scored by rewards)
     ["workers"],  # the RL roles, the rollout role among them
     ["trainer"],
     ["quickstart", "doctor", "configdoc"],

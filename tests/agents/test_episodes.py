@@ -56,6 +56,7 @@ def test_every_sample_of_an_episode_gets_its_outcome_and_the_environments_reward
             "acc": torch.tensor([0.0, 1.0, 0.0]),
             "reward_extra/pred": torch.tensor([3.0, 7.0, 5.0]),
             "token_rewards": torch.tensor([[0.0, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 0]]),
+            "responses": torch.zeros(3, 4, dtype=torch.long),  # the last 4 columns
             "attention_mask": torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0], [1] * 6]),
             "turn_rewards": [[(0, 0.5)], [(1, 0.25)], [(2, -1.0), (3, 2.0)]],
         }

@@ -3,6 +3,7 @@ on; a weight update lands between two decode steps, and the responses in flight 
 under the new weights (partial rollouts, each token naming its version) or restart from their
 prompts under them."""
 
+import asyncio
 import time
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from ascent.models import load_causal_lm, load_tokenizer
 from ascent.models.loading import causal_lm_from_config
 from ascent.rollout import NativeEngine, SamplingParams
-from ascent.rollout.background import BackgroundGeneration
+from ascent.rollout.background import BackgroundBackend
 from ascent.rollout.native_backend import NativeBackend
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=200)
@@ -26,10 +27,9 @@ def engine_of(model, tiny_model):
 @pytest.fixture
 def background(tiny_model):
     backend = NativeBackend(engine_of(load_causal_lm(tiny_model), tiny_model))
-    background = BackgroundGeneration(backend)
+    background = BackgroundBackend(backend)
     yield background
-    background.run(backend.close())  # the engine's step thread
-    background.close()
+    asyncio.run(background.close())  # its loop, then the engine's step thread
 
 
 @pytest.fixture
@@ -47,10 +47,8 @@ def wait_until_decoded(engine, tokens):
 def test_partial_rollouts_go_on_under_the_new_weights(background, other_weights, tiny_model):
     alone = engine_of(load_causal_lm(tiny_model), tiny_model).generate(PROMPTS, GREEDY)
     background.submit("step-0", PROMPTS, GREEDY)
-    wait_until_decoded(background.backend.engine, 30)
-    version = background.update_weights(
-        lambda: background.backend.update_weights(other_weights.named_parameters())
-    )
+    wait_until_decoded(background.engine, 30)
+    version = background.call(background.refresh_weights(other_weights.named_parameters()))
     samples = background.take("step-0")
 
     assert version == 1 and [s.prompt_index for s in samples] == [0, 1]
@@ -69,11 +67,9 @@ def test_without_partial_rollouts_responses_restart_under_the_new_weights(
     fresh = engine_of(causal_lm_from_config(other_weights.config, seed=5), tiny_model)
     expected = fresh.generate(PROMPTS, GREEDY)  # the new weights from the first token
     background.submit("step-0", PROMPTS, GREEDY)
-    wait_until_decoded(background.backend.engine, 30)
-    background.update_weights(
-        lambda: background.backend.update_weights(other_weights.named_parameters()),
-        partial_rollouts=False,
-    )
+    wait_until_decoded(background.engine, 30)
+    background.partial_rollouts = False
+    background.call(background.refresh_weights(other_weights.named_parameters()))
     samples = background.take("step-0")
 
     assert background.restarted == len(PROMPTS)

@@ -113,7 +113,9 @@ def test_pause_abort_returns_partial_responses_and_wait_lets_them_finish(backend
         assert not queued.done()
         await backend.resume()
         second = asyncio.create_task(backend.generate([5, 6], GREEDY))
-        while backend.engine.scheduler.running == 0:
+        # until the engine holds it (the queued request may be running already: pausing
+        # before the second one arrives would hold it instead)
+        while not any(r.prompt == [5, 6] for r in list(backend._live)):
             await asyncio.sleep(0.001)
         await backend.pause("wait")  # returns once in-flight requests are done
         assert second.done() and queued.done()

@@ -13,7 +13,7 @@ from ascent.models import load_causal_lm
 from ascent.models.loading import causal_lm_from_config
 from ascent.rollout import NativeEngine, SamplingParams
 from ascent.rollout.backends import start_backend
-from ascent.rollout.background import BackgroundGeneration
+from ascent.rollout.background import BackgroundBackend
 from ascent.rollout.serve_backend import ServeBackend
 from ascent.rollout.weight_files import write_weights
 from ascent.workers.rollout import RolloutConfig
@@ -60,20 +60,19 @@ def test_an_update_in_flight_lands_between_decode_steps_with_per_token_versions(
     sample from the new weights alone."""
     base = load_causal_lm(tiny_model)
     other = causal_lm_from_config(base.config, seed=11)
-    directory = write_weights(tmp_path / "new", other.named_parameters())
-    background = BackgroundGeneration(served)
+    background = BackgroundBackend(served)
     started = served.version
     long = GREEDY.model_copy(update={"max_new_tokens": 1500})  # about 1 s on a quiet CPU
     try:
         background.submit("in-flight", PROMPTS[:2], long)
         time.sleep(0.4)
 
-        version = background.update_weights(lambda: served.update_weights_held(str(directory)))
+        version = background.call(background.refresh_weights(other.named_parameters()))
         spanning = background.take("in-flight")
         background.submit("after", PROMPTS, GREEDY)
         after = background.take("after")
     finally:
-        background.close()
+        background.stop()
         load(served, base, tmp_path / "old")
     assert version == started + 1
     for sample in spanning:

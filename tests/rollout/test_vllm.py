@@ -154,23 +154,22 @@ def test_a_weight_update_in_flight_holds_requests_and_they_finish(vllm, model_di
     """trainer.mode=async with vLLM: requests in flight are held (pause "keep") while the
     servers reload, then finish; their tokens name the version they started under, and the
     requests after the update sample from the new weights."""
-    from ascent.rollout.background import BackgroundGeneration
+    from ascent.rollout.background import BackgroundBackend
 
     base = load_causal_lm(model_dir)
     other = causal_lm_from_config(base.config, seed=11)
-    directory = write_weights(tmp_path / "new", other.named_parameters())
-    background = BackgroundGeneration(vllm)
+    background = BackgroundBackend(vllm)
     started = vllm.version
     try:
         background.submit("in-flight", PROMPTS, GREEDY.model_copy(update={"max_new_tokens": 200}))
         time.sleep(0.2)
 
-        version = background.update_weights(lambda: vllm.update_weights_held(str(directory)))
+        version = background.call(background.refresh_weights(other.named_parameters()))
         held = background.take("in-flight")
         background.submit("after", PROMPTS, GREEDY)
         after = background.take("after")
     finally:
-        background.close()
+        background.stop()
         asyncio.run(
             vllm.update_weights_from_disk(
                 str(write_weights(tmp_path / "old", base.named_parameters()))

@@ -181,3 +181,19 @@ def test_every_algorithm_runs_with_its_own_roles(tiny_model, prompts, tmp_path, 
     assert ("dynamic_sampling/groups" in record) == plan.dynamic_sampling
     assert "timing_s/old_log_prob" in record  # two mini-batches: the second is off-policy
     assert math.isfinite(record["actor/pg_loss"]) and record["actor/grad_norm"] > 0
+
+
+def test_the_transformers_reference_engine_follows_the_actor(tiny_model, prompts, tmp_path):
+    """``rollout.engine=transformers`` takes every update (it could not load weights before:
+    the first refresh raised), and its samples carry the version the trainer assigned."""
+    run = config(
+        tiny_model,
+        prompts,
+        tmp_path,
+        "rollout.engine=transformers",
+        "data.prompts_per_step=4",
+        "rollout.samples_per_prompt=4",
+        "trainer.total_steps=2",
+    )
+    train_rl(run)
+    assert metric(tmp_path, "rollout/weight_version") == [1.0, 2.0]

@@ -23,6 +23,7 @@ from ascent.data.chat import tool_names
 from ascent.data.files import MalformedRow
 from ascent.data.rl import PromptCheck, RLPrompt
 from ascent.importing import load_object
+from ascent.rewards.tokens import token_rewards
 from ascent.rollout.tool_calls import tool_call_parser
 
 TOOL_ENVIRONMENTS = ("tools", "tool_agent")
@@ -201,14 +202,8 @@ def episode_outcomes(batch: Batch) -> Batch:
         totals[key] = totals.get(key, 0.0) + sum(reward for _, reward in turns)
     env = torch.tensor([totals[key] for key in keys], dtype=torch.float32)
     fields["scores"] = fields["scores"] + env
-    width = batch["token_rewards"].shape[1]
-    token_rewards = torch.zeros(len(batch), width)
-    lengths = batch["attention_mask"][:, -width:].sum(dim=1).clamp(min=1)
-    token_rewards[torch.arange(len(batch)), lengths - 1] = batch["scores"][source]
-    for row, turns in enumerate(batch["turn_rewards"]):
-        for position, reward in turns:
-            token_rewards[row, position] += reward
-    return batch.assign(token_rewards=token_rewards, env_reward=env, **fields)
+    on_tokens = token_rewards(batch, batch["scores"][source], batch["turn_rewards"])
+    return batch.assign(token_rewards=on_tokens, env_reward=env, **fields)
 
 
 def agent_metrics(batch: Batch) -> dict[str, float]:

@@ -3,14 +3,12 @@ episodes per prompt played against the backend, each turned into training rows
 (``episodes_batch``). The rollout role (``ascent.workers.rollout``) plugs this in where plain
 samples would go."""
 
-import asyncio
 from collections.abc import Callable
 
 from ascent.agents.config import AgentConfig
 from ascent.agents.episodes import environment_factory, episodes_batch
 from ascent.agents.loop import AgentLimits, run_episodes
 from ascent.batch import Batch
-from ascent.rollout.background import BackgroundGeneration
 from ascent.rollout.protocol import RolloutBackend
 from ascent.rollout.types import SamplingParams
 
@@ -33,25 +31,12 @@ class EpisodeRollouts:
         self.environments = environment_factory(config)  # a row -> a fresh environment
 
     def generate(self, batch: Batch, params: SamplingParams) -> Batch:
-        async def play() -> list:
-            try:
-                return await self.play(batch, params)
-            finally:
-                await self.backend.release_connections()
+        return self.collect(batch, self.backend.call(self.play(batch, params)), params)
 
-        return self.collect(batch, asyncio.run(play()), params)
-
-    def submit(
-        self,
-        background: BackgroundGeneration,
-        tag: str,
-        batch: Batch,
-        params: SamplingParams,
-        together: bool,
-    ) -> None:
-        """Play the episodes beside training (``together`` does not apply: turns of many
-        episodes interleave by nature)."""
-        background.submit_coroutine(tag, self.play(batch, params))
+    def submit(self, tag: str, batch: Batch, params: SamplingParams, together: bool) -> None:
+        """Play the episodes beside training (the backend is a ``BackgroundBackend``;
+        ``together`` does not apply: turns of many episodes interleave by nature)."""
+        self.backend.submit_coroutine(tag, self.play(batch, params))
 
     def collect(self, batch: Batch, episodes: list, params: SamplingParams) -> Batch:
         out = episodes_batch(batch, episodes, params.n, params.max_new_tokens, self.pad_id)

@@ -30,6 +30,7 @@ from ascent.importing import load_object
 from ascent.rewards.call import score_sample
 from ascent.rewards.pool import ScorerDied, ScoringPool
 from ascent.rewards.signature import verl_call
+from ascent.rewards.tokens import token_rewards
 from ascent.rollout.types import response_lengths
 
 
@@ -59,14 +60,6 @@ def response_texts(batch: Batch, tokenizer: Any) -> list[str]:
         [row[:n].tolist() for row, n in zip(batch["responses"], lengths, strict=True)],
         skip_special_tokens=True,
     )
-
-
-def on_last_token(batch: Batch, scores: torch.Tensor) -> torch.Tensor:
-    """(B, R) token rewards: each row's score on its last response token."""
-    lengths = response_lengths(batch)
-    rewards = torch.zeros(batch["responses"].shape, dtype=torch.float32)
-    rewards[torch.arange(len(batch)), lengths.clamp(min=1) - 1] = scores.float()
-    return rewards
 
 
 class RewardFailure(RuntimeError):
@@ -163,14 +156,14 @@ class RewardManager:
 
     def _as_fields(self, batch: Batch, scores: list[float], extras: list[dict]) -> Batch:
         score_tensor = torch.tensor(scores, dtype=torch.float32)
-        token_rewards = on_last_token(batch, score_tensor)
+        on_tokens = token_rewards(batch, score_tensor)
         keys = sorted({k for extra in extras for k in extra})
         fields = {
             f"reward_extra/{k}": torch.tensor([e.get(k, math.nan) for e in extras]) for k in keys
         }
         accuracy = fields.get("reward_extra/acc", score_tensor)
         return batch.assign(
-            scores=score_tensor, token_rewards=token_rewards, acc=accuracy.nan_to_num(0.0), **fields
+            scores=score_tensor, token_rewards=on_tokens, acc=accuracy.nan_to_num(0.0), **fields
         )
 
     def close(self) -> None:

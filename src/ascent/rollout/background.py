@@ -1,11 +1,12 @@
-"""Generation beside training (``trainer.mode`` one_step_off and async): a step's prompts are
-submitted now and their samples taken later, while the engine keeps decoding and the trainer
-keeps training; new weights arrive between two decode steps without stopping it.
+"""Generation beside training (``trainer.mode`` one_step_off and async) as a backend that wraps
+another: a step's prompts are submitted now and their samples taken later, while the engine
+keeps decoding and the trainer keeps training; new weights arrive between two decode steps
+without stopping it.
 
-One event loop on a thread of its own drives the backend's ``generate_n`` (one task per
-prompt, so a prompt's samples come back together and one prompt can be restarted alone).
-Weight updates run on the same loop. Two policies for the responses in flight when weights
-change:
+One event loop on a thread of its own drives the wrapped backend's ``generate_n`` (one task
+per prompt, so a prompt's samples come back together and one prompt can be restarted alone).
+Weight refreshes and every other ``call`` run on the same loop. Two policies for the
+responses in flight when weights change:
 
 - ``partial_rollouts=True``: they go on under the new weights; each token records the version
   that sampled it (``Sample.weight_versions``), so a response may span versions.
@@ -17,13 +18,15 @@ change:
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from ascent.rollout.protocol import RolloutBackend, TokenOut, samples_of
-from ascent.rollout.types import SamplingParams
+from torch import Tensor
+
+from ascent.rollout.protocol import RolloutBackend, TokenOut, samples_of, seed_of_prompt
+from ascent.rollout.types import Sample, SamplingParams
 
 
 @dataclass
@@ -41,9 +44,16 @@ class Job:
     whole: Future | None = None  # one coroutine for the batch: an agent's, or together
 
 
-class BackgroundGeneration:
-    def __init__(self, backend: RolloutBackend) -> None:
-        self.backend = backend
+class BackgroundBackend(RolloutBackend):
+    """``inner`` driven from a loop of its own; ``submit`` / ``take`` add the beside-training
+    calls, and ``refresh_weights`` applies ``partial_rollouts`` to what is in flight. The
+    data plane and ``generate_batch`` are the wrapped backend's."""
+
+    def __init__(self, inner: RolloutBackend, partial_rollouts: bool = True) -> None:
+        self.inner, self.partial_rollouts = inner, partial_rollouts
+        self.name = f"{inner.name} (beside training)"
+        self.capabilities, self.request_level = inner.capabilities, inner.request_level
+        self.tokenizer, self.engine = inner.tokenizer, inner.engine
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(
             target=self.loop.run_forever, name="ascent-rollouts", daemon=True
@@ -55,6 +65,23 @@ class BackgroundGeneration:
         self._running = 0  # generation tasks not finished
         self._busy_since = 0.0
         self._busy_s = 0.0
+
+    @property
+    def version(self) -> int:
+        return self.inner.version
+
+    async def generate_n(
+        self, prompt_ids: list[int], sampling: SamplingParams, session_id: str | None = None
+    ) -> list[TokenOut]:
+        return await self.inner.generate_n(prompt_ids, sampling, session_id)
+
+    def generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
+        return self.inner.generate_batch(prompts, sampling)
+
+    async def generate_together(
+        self, prompts: list[list[int]], sampling: SamplingParams
+    ) -> list[Sample]:
+        return await self.inner.generate_together(prompts, sampling)
 
     def busy_seconds(self) -> float:
         """Seconds so far during which some generation was in flight (the engine's side of
@@ -82,21 +109,17 @@ class BackgroundGeneration:
     def submit(
         self, tag: str, prompts: list[list[int]], sampling: SamplingParams, together: bool = False
     ) -> None:
-        """Start ``sampling.n`` samples of every prompt; with a seed, prompt i samples with
-        seed + i (as the HTTP backends' ``generate_batch`` does). ``together``: the prompts as
-        one batch (``generate_together``: the same samples whatever the timing)."""
+        """Start ``sampling.n`` samples of every prompt, seeded as ``generate_batch`` seeds
+        them (``seed_of_prompt``). ``together``: the prompts as one batch
+        (``generate_together``: the same samples whatever the timing)."""
         if tag in self.jobs:
             raise ValueError(f"rollouts {tag!r} were submitted already and not taken")
         if together:
-            self.jobs[tag] = Job(
-                whole=self._start(self.backend.generate_together(prompts, sampling))
-            )
+            self.jobs[tag] = Job(whole=self._start(self.inner.generate_together(prompts, sampling)))
             return
         job = Job()
         for index, ids in enumerate(prompts):
-            params = sampling
-            if sampling.seed is not None:
-                params = sampling.model_copy(update={"seed": sampling.seed + index})
+            params = seed_of_prompt(sampling, index)
             job.prompts.append(_Prompt(ids, params, self._start(self._generate(ids, params))))
         self.jobs[tag] = job
 
@@ -107,7 +130,7 @@ class BackgroundGeneration:
         self.jobs[tag] = Job(whole=self._start(coroutine))
 
     async def _generate(self, ids: list[int], params: SamplingParams) -> list[TokenOut]:
-        return await self.backend.generate_n(ids, params)
+        return await self.inner.generate_n(ids, params)
 
     def take(self, tag: str) -> Any:
         """Wait for ``tag``'s samples: ``Sample``s ordered by prompt then sample (or the
@@ -117,16 +140,21 @@ class BackgroundGeneration:
             return job.whole.result()
         return samples_of([prompt.future.result() for prompt in job.prompts])
 
-    def update_weights(
-        self, apply: Callable[[], Awaitable[int]], partial_rollouts: bool = True
+    async def refresh_weights(
+        self,
+        named_tensors: Iterable[tuple[str, Tensor]],
+        version: int | None = None,
+        *,
+        alias: bool = False,
     ) -> int:
-        """Run ``apply`` (the backend's weight update) on the loop, between two decode steps;
-        returns the new version. Without partial rollouts, responses in flight are cancelled
-        first and their prompts resubmitted after, under the new weights."""
-        unfinished = [] if partial_rollouts else self._unfinished()
+        """The wrapped backend's refresh, on the loop between two decode steps, never aliased
+        (the optimiser would change the weights under a decode step). Without partial
+        rollouts, responses in flight are cancelled first and their prompts resubmitted
+        after, under the new weights."""
+        unfinished = [] if self.partial_rollouts else self._unfinished()
         for prompt in unfinished:
             prompt.future.cancel()
-        version = self._start(apply(), generation=False).result()
+        version = await self.inner.refresh_weights(named_tensors, version)
         for prompt in unfinished:
             self.restarted += prompt.params.n
             prompt.future = self._start(self._generate(prompt.ids, prompt.params))
@@ -139,14 +167,24 @@ class BackgroundGeneration:
             )
         return [p for job in self.jobs.values() for p in job.prompts if not p.future.done()]
 
-    def run(self, coroutine: Coroutine) -> Any:
-        """Run a coroutine on the loop (a control call to the backend) and wait for it."""
+    def call(self, coroutine: Coroutine) -> Any:
+        """Run a coroutine on the loop (a control call to the backend) and wait for it; from
+        any thread but the loop's."""
         return self._start(coroutine, generation=False).result()
 
-    def close(self) -> None:
+    async def release_connections(self) -> None:
+        await self.inner.release_connections()
+
+    def stop(self) -> None:
+        """Cancel what is in flight and stop the loop; the wrapped backend stays open."""
         for job in self.jobs.values():
             for future in [job.whole] if job.whole is not None else [p.future for p in job.prompts]:
                 future.cancel()
         self.jobs.clear()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
+
+    async def close(self) -> None:
+        """``stop``, then close the wrapped backend."""
+        self.stop()
+        await self.inner.close()

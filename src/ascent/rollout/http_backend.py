@@ -22,10 +22,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import httpx
+from torch import Tensor
 
 from ascent.rollout.protocol import Capability, PauseMode, RolloutBackend, TokenOut
 from ascent.rollout.server_process import ServerDied, ServerProcess
 from ascent.rollout.types import SamplingParams
+from ascent.rollout.weight_files import write_weights
 
 
 class HTTPBackend(RolloutBackend):
@@ -72,14 +74,18 @@ class HTTPBackend(RolloutBackend):
             self._pool = (loop, httpx.AsyncClient(timeout=self.timeout, headers=self.headers))
         return self._pool[1]
 
-    def generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list:
-        async def run() -> list:
-            try:
-                return await self._gather(prompts, sampling)
-            finally:
-                await self.release_connections()
-
-        return asyncio.run(run())
+    async def refresh_weights(
+        self,
+        named_tensors: Iterable[tuple[str, Tensor]],
+        version: int | None = None,
+        *,
+        alias: bool = False,
+    ) -> int:
+        raise RuntimeError(
+            "rollout.engine=openai is a frozen endpoint: it cannot follow the trained policy. "
+            "Use it for validation, a judge or a teacher; train with engine native, serve or "
+            "vllm"
+        )
 
     async def release_connections(self) -> None:
         """Close this event loop's connection pool (before a synchronous caller's loop ends)."""
@@ -256,12 +262,20 @@ class PolicyServers(HTTPBackend):
         self.weights_path, self.version = path, version
         return version
 
-    async def update_weights_held(self, path: str, version: int | None = None) -> int:
-        """``update_weights_from_disk`` with the servers' requests held where they are
-        (pause "keep", reload, resume): an update in flight (trainer.mode async)."""
+    async def refresh_weights(
+        self,
+        named_tensors: Iterable[tuple[str, Tensor]],
+        version: int | None = None,
+        *,
+        alias: bool = False,
+    ) -> int:
+        """Write the weights under ``weights_dir`` (replacing the last refresh's) and have every
+        server reload them, its requests held where they are meanwhile (pause "keep", reload,
+        resume): responses in flight go on under the new weights."""
+        directory = write_weights(self.weights_dir, named_tensors)
         await self.pause("keep")
         try:
-            return await self.update_weights_from_disk(path, version)
+            return await self.update_weights_from_disk(str(directory), version)
         finally:
             await self.resume()
 

@@ -23,8 +23,14 @@ from concurrent.futures import Future
 
 from torch import Tensor
 
-from ascent.rollout.engine import NativeEngine
-from ascent.rollout.protocol import Capability, PauseMode, RolloutBackend, TokenOut
+from ascent.rollout.engine import NativeEngine, WeightUpdate
+from ascent.rollout.protocol import (
+    Capability,
+    PauseMode,
+    RolloutBackend,
+    TokenOut,
+    WeightReceiver,
+)
 from ascent.rollout.requests import EngineRequest
 from ascent.rollout.types import Sample, SamplingParams
 
@@ -247,11 +253,36 @@ class NativeBackend(RolloutBackend):
     async def update_weights(
         self, named_tensors: Iterable[tuple[str, Tensor]], version: int | None = None
     ) -> int:
-        """Copy new weights in between two decode steps (keep mode: in-flight responses go
-        on with them); returns their version (``version``, else the last + 1)."""
-        tensors = list(named_tensors)
-        load = lambda: self.engine.load_weights(tensors, version=version)  # noqa: E731
+        """Copy new weights in (between two decode steps: in-flight responses go on with
+        them); returns their version (``version``, else the last + 1)."""
+        return await self.refresh_weights(named_tensors, version)
+
+    async def refresh_weights(
+        self,
+        named_tensors: Iterable[tuple[str, Tensor]],
+        version: int | None = None,
+        *,
+        alias: bool = False,
+    ) -> int:
+        """Straight into the engine while its step thread was never started (one tensor at a
+        time: a gathered copy of all the weights never exists); else between two decode
+        steps on that thread."""
+        if self._thread is None:
+            return self.engine.load_weights(named_tensors, alias=alias, version=version)
+        tensors = list(named_tensors)  # read here: a gather must not run on the step thread
+        load = lambda: self.engine.load_weights(tensors, alias=alias, version=version)  # noqa: E731
         return await asyncio.wrap_future(self._call(load))
+
+    def weight_update(self, version: int | None = None) -> WeightReceiver:
+        """Buckets load straight into the engine while nothing else drives it (no step
+        thread), else gathered first."""
+        if self._thread is None:
+            return _StreamedWeights(self.engine.begin_weight_update(), version)
+        return super().weight_update(version)
+
+    @property
+    def version(self) -> int:
+        return self.engine.weight_version
 
     async def update_weights_from_disk(self, path: str, version: int | None = None) -> int:
         from ascent.rollout.weight_files import read_weights
@@ -297,6 +328,17 @@ class NativeBackend(RolloutBackend):
         if thread is not None:
             self._commands.put(_STOP)
             await asyncio.to_thread(thread.join)
+
+
+class _StreamedWeights(WeightReceiver):
+    def __init__(self, update: WeightUpdate, version: int | None) -> None:
+        self.update, self.version = update, version
+
+    def load(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
+        self.update.load(named_tensors)
+
+    def finish(self) -> int:
+        return self.update.finish(self.version)
 
 
 def _STOP() -> None:  # a sentinel command: the step thread returns when it reads it

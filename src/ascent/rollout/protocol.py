@@ -7,17 +7,20 @@ synchronous ``generate_batch`` that the RL worker calls. All awaitables accept m
 at once.
 
 Control plane: each operation is a ``Capability`` that a backend declares; calling one it
-lacks raises ``CapabilityError`` naming the backend and the capability. Pause modes follow
+lacks raises ``CapabilityError`` naming the backend and the capability. The RL rollout role
+needs one more: ``refresh_weights``, the trained policy's new weights stamped with the version
+the trainer assigns (``weight_update`` receives them in buckets), and ``call`` to run any of
+these from synchronous code. Pause modes follow
 vLLM's: "abort" ends in-flight requests now (their partial responses return with finish
 reason "abort"), "wait" stops admitting and lets in-flight requests finish, "keep" freezes
 them where they are until ``resume``.
 """
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from torch import Tensor
 
@@ -86,6 +89,7 @@ class RolloutBackend:
     tokenizer: object | None = None
     engine: object | None = None  # the engine, when it runs in this process
     request_level = True  # serves generate_n (agents, generation beside training need it)
+    version = 0  # the version of the weights held now (the last refresh's)
 
     # -- data plane -------------------------------------------------------------------------
 
@@ -125,7 +129,7 @@ class RolloutBackend:
         """``sampling.n`` samples of every prompt, ordered by prompt then sample (the RL
         worker's call). With a seed, prompt i samples with seed + i, so prompts do not share
         random draws."""
-        return asyncio.run(self._gather(prompts, sampling))
+        return self.call(self._gather(prompts, sampling))
 
     async def generate_together(
         self, prompts: list[list[int]], sampling: SamplingParams
@@ -137,13 +141,8 @@ class RolloutBackend:
         return await self._gather(prompts, sampling)
 
     async def _gather(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
-        def params(index: int) -> SamplingParams:
-            if sampling.seed is None:
-                return sampling
-            return sampling.model_copy(update={"seed": sampling.seed + index})
-
         groups = await asyncio.gather(
-            *(self.generate_n(p, params(i)) for i, p in enumerate(prompts))
+            *(self.generate_n(p, seed_of_prompt(sampling, i)) for i, p in enumerate(prompts))
         )
         return samples_of(groups)
 
@@ -196,12 +195,80 @@ class RolloutBackend:
         self._require(Capability.HEALTH)
         return {}
 
+    # The trained policy's weights (the RL rollout role's calls).
+
+    async def refresh_weights(
+        self,
+        named_tensors: Iterable[tuple[str, Tensor]],
+        version: int | None = None,
+        *,
+        alias: bool = False,
+    ) -> int:
+        """Replace every weight with ``named_tensors``, stamped ``version`` (None: the last
+        version + 1); returns it. Requests in flight never see half-new weights: they wait
+        where they are or go on under the new weights from the next token. ``alias``: the
+        caller will not change the tensors while this backend generates, so an in-process
+        engine may keep them instead of copying (others copy)."""
+        raise CapabilityError(f"the {self.name} cannot load new weights")
+
+    def weight_update(self, version: int | None = None) -> "WeightReceiver":
+        """A refresh that arrives in parts (buckets from another device): by default gathered,
+        then applied at once by ``refresh_weights`` when finished."""
+        return GatheredWeights(self, version)
+
+    def call(self, coroutine: Coroutine) -> Any:
+        """Run one of this backend's coroutines from synchronous code (the RL worker): on a
+        loop of its own, whose connections are released before it ends."""
+
+        async def run() -> Any:
+            try:
+                return await coroutine
+            finally:
+                await self.release_connections()
+
+        return asyncio.run(run())
+
     async def close(self) -> None:
         """Release what the backend started (threads, servers, connections)."""
 
     async def release_connections(self) -> None:
         """Drop what is bound to the running event loop (``asyncio.run`` is about to end
         it); in-process backends hold nothing of the kind."""
+
+
+class WeightReceiver:
+    """A refresh in parts: ``load`` each bucket, then ``finish`` returns the new version."""
+
+    def load(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> int:
+        raise NotImplementedError
+
+
+class GatheredWeights(WeightReceiver):
+    """Buckets kept until the last, then one ``refresh_weights``: a server reloads whole, and
+    an engine that is decoding never holds half-new weights."""
+
+    def __init__(self, backend: RolloutBackend, version: int | None) -> None:
+        self.backend, self.version = backend, version
+        self.tensors: dict[str, Tensor] = {}
+
+    def load(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
+        self.tensors.update(named_tensors)
+
+    def finish(self) -> int:
+        refresh = self.backend.refresh_weights(self.tensors.items(), self.version)
+        return self.backend.call(refresh)
+
+
+def seed_of_prompt(sampling: SamplingParams, index: int) -> SamplingParams:
+    """The sampling of prompt ``index`` of a batch sent request by request: seed + index, so
+    the prompts do not share random draws and each prompt's draws do not depend on when
+    the others arrive (None stays None: the engine's own stream)."""
+    if sampling.seed is None:
+        return sampling
+    return sampling.model_copy(update={"seed": sampling.seed + index})
 
 
 def samples_of(groups: list[list[TokenOut]]) -> list[Sample]:

@@ -5,7 +5,6 @@ is plugged in (``SampleRollouts``, ``ascent.agents.rollouts.EpisodeRollouts``)."
 
 import asyncio
 from collections.abc import Iterable
-from pathlib import Path
 
 import torch
 from pydantic import Field
@@ -17,11 +16,10 @@ from ascent.controller import Dispatch, Worker, register
 from ascent.engine.modules import unwrap
 from ascent.models.loading import load_tokenizer
 from ascent.rollout.backends import start_backend
-from ascent.rollout.background import BackgroundGeneration
+from ascent.rollout.background import BackgroundBackend
 from ascent.rollout.config import GenerationConfig
-from ascent.rollout.engine import WeightUpdate
+from ascent.rollout.protocol import WeightReceiver
 from ascent.rollout.types import SamplingParams
-from ascent.rollout.weight_files import write_weights
 from ascent.workers.rollout_samples import SampleRollouts
 
 
@@ -66,16 +64,15 @@ class RolloutWorker(Worker):
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.tokenizer.eos_token_id or 0
-        self._update: WeightUpdate | dict | None = None
-        self._update_version: int | None = None
-        self.background: BackgroundGeneration | None = None  # see _background
+        self._update: WeightReceiver | None = None
         self._submitted: dict[str, tuple[Batch, SamplingParams]] = {}
         self.backend = start_backend(cfg, self.tokenizer, self.ctx.dp_rank, self.device)
+        if cfg.background:
+            self.backend = BackgroundBackend(self.backend, cfg.partial_rollouts)
         self.engine = self.backend.engine  # an in-process engine (native, transformers)
+        version = lambda: self.backend.version  # noqa: E731
         if cfg.agent is None:
-            self.rows = SampleRollouts(
-                self.backend, pad_id=self.pad_id, weight_version=lambda: self.weight_version
-            )
+            self.rows = SampleRollouts(self.backend, pad_id=self.pad_id, weight_version=version)
         else:
             self.rows = EpisodeRollouts(
                 cfg.agent,
@@ -83,19 +80,18 @@ class RolloutWorker(Worker):
                 self.tokenizer,
                 max_model_len=cfg.max_model_len,
                 pad_id=self.pad_id,
-                weight_version=lambda: self.weight_version,
+                weight_version=version,
             )
 
     def close(self) -> None:
-        """Stop what the backend started (vLLM servers, the native step thread)."""
-        if getattr(self, "background", None) is not None:
-            self.background.close()
+        """Stop what the backend started (vLLM servers, the native step thread, the loop
+        beside training)."""
         if getattr(self, "backend", None) is not None:
             asyncio.run(self.backend.close())
 
     @property
     def weight_version(self) -> int:
-        return self.engine.weight_version if self.engine is not None else self.backend.version
+        return self.backend.version
 
     def sampling(self, overrides: dict | None = None) -> SamplingParams:
         """The default sampling with ``overrides``, plus EOS as a stop token if configured."""
@@ -125,55 +121,36 @@ class RolloutWorker(Worker):
         for them. The engine decodes on its own thread meanwhile, and weight updates land
         between two of its steps. ``together``: the batch is admitted whole, as
         ``generate`` would (reproducible: see ``RolloutBackend.generate_together``)."""
-        if not self.config.background:
+        if not isinstance(self.backend, BackgroundBackend):
             raise RuntimeError("start_rollouts needs rollout.background=true (trainer.mode async)")
         if not self.backend.request_level:
             raise ValueError(
                 "generation beside training needs a request-level engine, not transformers"
             )
         params = self.sampling(sampling)
-        self.rows.submit(self._background(), tag, batch, params, together)
+        self.rows.submit(tag, batch, params, together)
         self._submitted[tag] = (batch, params)
 
     @register(Dispatch.DP)
     def take_rollouts(self, tag: str) -> Batch:
         """The rollouts of ``start_rollouts(batch, tag)``, as ``generate`` returns them."""
-        if self.background is None or tag not in self._submitted:
+        if tag not in self._submitted:
             raise KeyError(f"no rollouts {tag!r} were submitted to this rank")
         batch, params = self._submitted.pop(tag)
-        return self.rows.collect(batch, self.background.take(tag), params)
+        return self.rows.collect(batch, self.backend.take(tag), params)
 
     @register(Dispatch.RANK_ZERO)
     def background_counters(self) -> dict[str, float]:
         """Rank 0's running totals: seconds with generation in flight (busy_s) and responses
         regenerated after weight updates (restarted; partial_rollouts=false)."""
-        if self.background is None:
+        if not isinstance(self.backend, BackgroundBackend):
             return {"busy_s": 0.0, "restarted": 0.0}
         return {
-            "busy_s": self.background.busy_seconds(),
-            "restarted": float(self.background.restarted),
+            "busy_s": self.backend.busy_seconds(),
+            "restarted": float(self.backend.restarted),
         }
 
-    def _load_in_background(
-        self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None
-    ) -> int:
-        """New weights between two decode steps of the running engine (copied)."""
-        if self.engine is not None:
-            tensors = list(named_tensors)
-            apply = lambda: self.backend.update_weights(tensors, version)  # noqa: E731
-        else:
-            directory = str(self._write_for_server(named_tensors))
-            apply = lambda: self.backend.update_weights_held(directory, version)  # noqa: E731
-
-        return self._background().update_weights(apply, self.config.partial_rollouts)
-
-    def _background(self) -> BackgroundGeneration:
-        """The background loop, started by the first submit or weight update."""
-        if self.background is None:
-            self.background = BackgroundGeneration(self.backend)
-        return self.background
-
-    # -- weights ----------------------------------------------------------------------------
+    # -- weights: every backend takes them the same way (``refresh_weights``) ---------------
 
     @register(Dispatch.ALL)
     def sync_from_colocated(
@@ -182,88 +159,48 @@ class RolloutWorker(Worker):
         """Refresh from the ``role`` worker in this process; the new weights are ``version``
         (the trainer's number for them; None: the last version + 1).
 
-        An unsharded actor (one rank) whose parameters have the engine's dtype and device is
-        read in place: the engine's parameters alias the actor's tensors, no copy. Otherwise
-        every rank streams the full weights (one all-gather per tensor) into its engine.
-        ``check`` compares engine and actor weights afterwards (debug; gathers again). With
-        ``background`` the weights are copied in between two decode steps of the running
-        engine (aliased, the optimiser would change them under a decode step).
-        """
-        engine = self.ctx.colocated(role).engine
-        if self.config.background:
-            version = self._load_in_background(engine.full_weights(), version)
-        elif self.engine is None:  # a server: the weights travel through a safetensors directory
-            version = self._refresh_server(engine.full_weights(), version)
-        else:
-            engine.reshard()  # alias the persistent shards, never a transient gathered copy
-            model = unwrap(engine.module.model)
-            local = self.world_size == 1 and model is engine.module.model  # no LoRA to merge
-            if local:
-                named = (
-                    (n, p.to_local() if hasattr(p, "to_local") else p)
-                    for n, p in model.named_parameters()
-                )
-                version = self.engine.load_weights(named, alias=True, version=version)
-            else:
-                version = self.engine.load_weights(engine.full_weights(), version=version)
+        An unsharded actor (one rank, no LoRA to merge) offers its own tensors, which an idle
+        in-process engine aliases (no copy) when dtype and device match; otherwise every
+        rank streams the full weights (one all-gather per tensor). A server writes them for
+        its reload; generation beside training copies them in between two decode steps.
+        ``check`` compares engine and actor weights afterwards (debug; gathers again)."""
+        actor = self.ctx.colocated(role).engine
+        named, alias = self._actor_weights(actor)
+        version = self.backend.call(self.backend.refresh_weights(named, version, alias=alias))
         difference = None  # a server's weights cannot be read back
         if check and self.engine is not None:
-            difference = self.engine.max_weight_difference(engine.full_weights())
+            difference = self.engine.max_weight_difference(actor.full_weights())
         return {"weight_version": version, "max_weight_difference": difference}
+
+    def _actor_weights(self, actor: object) -> tuple[Iterable[tuple[str, torch.Tensor]], bool]:
+        """(name, tensor) pairs of the actor's weights, and whether they are its own tensors
+        (safe to alias while the trainer does not step)."""
+        model = unwrap(actor.module.model)
+        if self.world_size > 1 or model is not actor.module.model:
+            return actor.full_weights(), False
+        actor.reshard()  # alias the persistent shards, never a transient gathered copy
+        params = model.named_parameters()
+        return ((n, p.to_local() if hasattr(p, "to_local") else p) for n, p in params), True
 
     @register(Dispatch.ALL)
     def begin_weight_update(self, version: int | None = None) -> None:
         """Start a refresh that arrives in buckets (``load_weight_bucket``); the new weights
         will be ``version`` (None: the last version + 1)."""
-        self._update_version = version
-        gathered = self.engine is None or self.config.background  # applied at once, at the end
-        self._update = {} if gathered else self.engine.begin_weight_update()
+        self._update = self.backend.weight_update(version)
 
     @register(Dispatch.ALL)
     def load_weight_bucket(self, bucket: dict[str, torch.Tensor]) -> None:
         if self._update is None:
             raise RuntimeError("load_weight_bucket before begin_weight_update")
-        if isinstance(self._update, dict):  # a server or background: gathered, then applied
-            self._update.update(bucket)
-        else:
-            self._update.load(bucket.items())
+        self._update.load(bucket.items())
 
     @register(Dispatch.ALL)
     def finish_weight_update(self) -> int:
         """Check every weight arrived; returns the new weight version."""
         if self._update is None:
             raise RuntimeError("finish_weight_update before begin_weight_update")
-        if isinstance(self._update, dict):
-            tensors, self._update = self._update, None
-            if self.config.background:  # never half-new weights under a decode step
-                return self._load_in_background(tensors.items(), self._update_version)
-            return self._refresh_server(tensors.items(), self._update_version)
-        version, self._update = self._update.finish(self._update_version), None
-        return version
-
-    def _write_for_server(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Path:
-        """Write the weights where the server can read them; a frozen endpoint refuses."""
-        if self.config.engine == "openai":
-            raise RuntimeError(
-                "rollout.engine=openai is a frozen endpoint: it cannot follow the trained "
-                "policy. Use it for validation, a judge or a teacher; train with engine "
-                "native, serve or vllm"
-            )
-        return write_weights(self.backend.weights_dir, named_tensors)
-
-    def _refresh_server(
-        self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None
-    ) -> int:
-        """Write the weights where the server can read them and have it reload."""
-        directory = self._write_for_server(named_tensors)
-
-        async def reload() -> int:
-            try:
-                return await self.backend.update_weights_from_disk(str(directory), version)
-            finally:
-                await self.backend.release_connections()
-
-        return asyncio.run(reload())
+        update, self._update = self._update, None
+        return update.finish()
 
     @register(Dispatch.ALL)
     def weight_difference(self, reference: dict[str, torch.Tensor]) -> float:

@@ -7,7 +7,6 @@ from collections.abc import Callable
 import torch
 
 from ascent.batch import Batch
-from ascent.rollout.background import BackgroundGeneration
 from ascent.rollout.protocol import RolloutBackend
 from ascent.rollout.types import Sample, SamplingParams
 
@@ -21,15 +20,9 @@ class SampleRollouts:
     def generate(self, batch: Batch, params: SamplingParams) -> Batch:
         return self.collect(batch, self.backend.generate_batch(prompt_ids(batch), params), params)
 
-    def submit(
-        self,
-        background: BackgroundGeneration,
-        tag: str,
-        batch: Batch,
-        params: SamplingParams,
-        together: bool,
-    ) -> None:
-        background.submit(tag, prompt_ids(batch), params, together)
+    def submit(self, tag: str, batch: Batch, params: SamplingParams, together: bool) -> None:
+        """Start the batch beside training (the backend is a ``BackgroundBackend``)."""
+        self.backend.submit(tag, prompt_ids(batch), params, together)
 
     def collect(self, batch: Batch, samples: list[Sample], params: SamplingParams) -> Batch:
         """Every row of ``batch`` repeated ``params.n`` times with its samples: ``responses``,

@@ -24,7 +24,8 @@ from ascent.controller import WorkerGroup
 from ascent.engine import FSDPConfig, ModelConfig
 from ascent.engine.config import Strict
 from ascent.rewards.judge import Judge, prompt_text
-from ascent.rewards.manager import RewardManager, on_last_token, response_texts
+from ascent.rewards.manager import RewardManager, response_texts
+from ascent.rewards.tokens import token_rewards
 from ascent.trainer.settings import ResourcesConfig
 from ascent.workers.reward_model import RewardModelConfig
 
@@ -94,8 +95,8 @@ class RunRewards:
             scores = scores + self.judge.config.weight * graded.scores
             fields["judge_scores"] = graded.scores
             counts |= graded.counts
-        token_rewards = on_last_token(batch, scores)
-        return batch.assign(scores=scores, token_rewards=token_rewards, **fields), counts
+        on_tokens = token_rewards(batch, scores)
+        return batch.assign(scores=scores, token_rewards=on_tokens, **fields), counts
 
     def _model_scores(self, batch: Batch, texts: list[str]) -> Batch:
         """The reward model's scores of ``batch``'s conversations; the request is padded with

@@ -12,6 +12,7 @@ the weight version that produced it.
 """
 
 from collections.abc import Iterable
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
@@ -245,11 +246,23 @@ class NativeEngine:
         return sorted(done, key=lambda s: (s.prompt_index, s.sample_index))
 
 
+class WeightHolder(Protocol):
+    """What a weight refresh needs of an engine (the native one, the transformers one)."""
+
+    model: nn.Module
+
+    @property
+    def weight_version(self) -> int: ...
+
+    def set_weight_version(self, version: int) -> None: ...
+
+
 class WeightUpdate:
     """A refresh in progress: parts load as they come; ``finish`` checks that every
-    parameter arrived and bumps the engine's weight version."""
+    parameter arrived and bumps the engine's weight version. Aliasing also drops the
+    native engine's captured CUDA graphs (the transformers reference never aliases)."""
 
-    def __init__(self, engine: NativeEngine) -> None:
+    def __init__(self, engine: WeightHolder) -> None:
         self.engine = engine
         self.params = dict(engine.model.named_parameters())
         self.seen: set[str] = set()

@@ -3,7 +3,6 @@ decodes static batches), so it serves ``generate_batch`` and no request-level ca
 
 from collections.abc import Iterable
 
-import torch
 from torch import Tensor
 
 from ascent.rollout.hf_engine import TransformersEngine
@@ -33,17 +32,5 @@ class TransformersBackend(RolloutBackend):
         *,
         alias: bool = False,
     ) -> int:
-        """Copy every weight in (a reference engine: no aliasing); all must arrive."""
-        params = dict(self.engine.model.named_parameters())
-        seen = set()
-        with torch.no_grad():
-            for name, tensor in named_tensors:
-                if name not in params:
-                    raise KeyError(f"the rollout model has no parameter {name!r}")
-                params[name].copy_(tensor)
-                seen.add(name)
-        missing = sorted(set(params) - seen)
-        if missing:
-            raise ValueError(f"weights missing for {len(missing)} parameters, e.g. {missing[:3]}")
-        self.engine.weight_version = self.engine.weight_version + 1 if version is None else version
-        return self.engine.weight_version
+        """Copied in, every parameter required (a reference engine: no aliasing)."""
+        return self.engine.load_weights(named_tensors, version=version)

@@ -8,9 +8,12 @@ the same definition as the native engine's. They are gathered step by step while
 runs, so memory for them is one step's scores, O(batch x V), not every step's.
 """
 
+from collections.abc import Iterable
+
 import torch
 from torch import Tensor, nn
 
+from ascent.rollout.engine import WeightUpdate
 from ascent.rollout.types import Sample, SamplingParams
 
 # ``generate`` runs the logits processors it is given before the warpers it builds itself, and
@@ -37,6 +40,22 @@ class TransformersEngine:
         self.max_num_seqs = max_num_seqs
         self.tokenizer = tokenizer
         self.weight_version = 0
+
+    def load_weights(
+        self,
+        named_tensors: Iterable[tuple[str, Tensor]],
+        *,
+        alias: bool = False,
+        version: int | None = None,
+    ) -> int:
+        """As ``NativeEngine.load_weights``, always copied (``alias`` is ignored: a reference
+        engine keeps its own tensors); returns the new version."""
+        update = WeightUpdate(self)
+        update.load(named_tensors)
+        return update.finish(version)
+
+    def set_weight_version(self, version: int) -> None:
+        self.weight_version = version
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:

@@ -7,13 +7,14 @@ synchronous ``generate_batch`` that the RL worker calls. All awaitables accept m
 at once.
 
 Control plane: each operation is a ``Capability`` that a backend declares; calling one it
-lacks raises ``CapabilityError`` naming the backend and the capability. The RL rollout role
-needs one more: ``refresh_weights``, the trained policy's new weights stamped with the version
-the trainer assigns (``weight_update`` receives them in buckets), and ``call`` to run any of
-these from synchronous code. Pause modes follow
+lacks raises ``CapabilityError`` naming the backend and the capability. Pause modes follow
 vLLM's: "abort" ends in-flight requests now (their partial responses return with finish
 reason "abort"), "wait" stops admitting and lets in-flight requests finish, "keep" freezes
 them where they are until ``resume``.
+
+The RL rollout role needs one more call: ``refresh_weights``, the trained policy's new
+weights stamped with the version the trainer assigns (``weight_update`` receives them in
+buckets), and ``call`` runs any of these from synchronous code.
 """
 
 import asyncio

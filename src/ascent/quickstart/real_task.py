@@ -1,0 +1,60 @@
+"""The real-model quickstart's task: "What is a + b? Answer with the number only." for
+a in 1..30 and b in 1..9, asked through the model's own chat template (ChatML with
+SmolLM2's default system prompt), scored by the built-in ``arithmetic`` reward (the last
+number of the response equals a + b).
+
+Why this task: SmolLM2-135M-Instruct knows small sums but rarely says them cleanly. Sampled
+at temperature 1 it answers about one time in seven (it explains instead, runs past the
+16-token limit, or writes a wrong sum); greedily, about one time in three. So most groups of
+8 samples hold a correct answer and a wrong one, which is what GRPO learns from, and what
+there is to learn (answer, and answer right) shows in held-out greedy accuracy. Harder
+arithmetic (two-digit sums, products) starts near 0 at temperature 1: no signal on a CPU
+budget.
+
+All 270 pairs are split once (seeded) into 64 held-out problems and the training pool.
+"""
+
+import json
+import random
+from pathlib import Path
+
+Pair = tuple[int, int]
+HELD_OUT = 64
+
+
+def split_pairs(seed: int, held_out: int = HELD_OUT) -> tuple[list[Pair], list[Pair]]:
+    """(training, held-out) pairs, disjoint, shuffled with ``seed``."""
+    pairs = [(a, b) for a in range(1, 31) for b in range(1, 10)]
+    random.Random(seed).shuffle(pairs)
+    return pairs[held_out:], pairs[:held_out]
+
+
+def question(pair: Pair) -> str:
+    return f"What is {pair[0]} + {pair[1]}? Answer with the number only."
+
+
+def rows(pairs: list[Pair], split: str) -> list[dict]:
+    """verl's schema: chat messages as the prompt (the tokenizer's template renders them,
+    adding its default system prompt), the sum as the ground truth."""
+    return [
+        {
+            "data_source": "arithmetic",
+            "prompt": [{"role": "user", "content": question(pair)}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(pair[0] + pair[1])},
+            "extra_info": {"split": split, "index": index, "a": pair[0], "b": pair[1]},
+        }
+        for index, pair in enumerate(pairs)
+    ]
+
+
+def write_task(directory: Path, seed: int) -> dict[str, str]:
+    """``train.jsonl`` and ``held_out.jsonl`` in ``directory``; returns their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    train, held_out = split_pairs(seed)
+    paths = {}
+    for name, pairs in (("train", train), ("held_out", held_out)):
+        path = directory / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows(pairs, name)))
+        paths[name] = str(path)
+    return paths

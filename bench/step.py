@@ -14,6 +14,10 @@ environment (``--trl-python``), because it pins its own versions:
     /work/trlvenv/bin/pip install torch==2.13.0 && /work/trlvenv/bin/pip install trl
     .venv/bin/python bench/step.py --trl-python /work/trlvenv/bin/python [--json PATH]
 
+``--model smollm2`` (or a checkpoint directory) runs both on a real model instead: the
+real-model quickstart's chat prompts ("What is a + b? Answer with the number only.", through
+the model's chat template), scored by ascent's ``arithmetic`` rule on both sides.
+
 Each repeat runs ascent, then TRL (each in a fresh subprocess): ``--warmup`` steps that are
 not timed, then ``--steps`` timed ones. Seconds per step: the wall time of a whole training
 step (generate, score, update, and for ascent the weight refresh of the rollout engine).
@@ -33,6 +37,14 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
+
+
+def last_number_is(solution_str, ground_truth):
+    """The real-model task's reward (ascent's built-in ``arithmetic``): the response's last
+    number equals the ground truth."""
+    from ascent.rewards.builtin import arithmetic
+
+    return arithmetic(solution_str, ground_truth)["score"]
 
 
 def digit_share(data_source, solution_str, ground_truth, extra_info):
@@ -62,20 +74,26 @@ def run_ascent(args: argparse.Namespace) -> list[dict]:
 
     work = Path(args.work)
     run_dir = work / f"ascent-run-{time.time_ns()}"
+    if args.model:  # the real model on the real-model quickstart's chat prompts
+        task = [f"model.path={args.model}", f"data.train_files=[{work / 'train.jsonl'}]"]
+    else:
+        task = [
+            f"model.path={work / 'model'}",
+            f"data.train_files=[{work / 'prompts.jsonl'}]",
+            "data.chat_template=false",
+            f"reward.function={HERE}:digit_share",
+        ]
     config = load_config(
         RLConfig,
         None,
         [
-            f"model.path={work / 'model'}",
-            f"data.train_files=[{work / 'prompts.jsonl'}]",
+            *task,
             f"data.prompts_per_step={args.prompts}",
-            "data.chat_template=false",
             f"rollout.samples_per_prompt={args.samples}",
             f"rollout.max_response_length={args.response_length}",
             "algorithm.name=grpo",
             "algorithm.kl.mode=none",
             "actor.optim.lr=1e-6",
-            f"reward.function={HERE}:digit_share",
             "reward.workers=0",
             f"trainer.run_dir={run_dir}",
             f"trainer.total_steps={args.warmup + args.steps}",
@@ -109,8 +127,15 @@ def run_trl(args: argparse.Namespace) -> list[dict]:
     from trl import GRPOConfig, GRPOTrainer
 
     work = Path(args.work)
-    lines = (work / "prompts.jsonl").read_text().splitlines()
-    prompts = [json.loads(line)["prompt"] for line in lines]
+    model_dir = args.model or work / "model"
+    if args.model:
+        rows = [json.loads(line) for line in (work / "train.jsonl").read_text().splitlines()]
+        dataset = [
+            {"prompt": r["prompt"], "ground_truth": r["reward_model"]["ground_truth"]} for r in rows
+        ]
+    else:
+        lines = (work / "prompts.jsonl").read_text().splitlines()
+        dataset = [{"prompt": json.loads(line)["prompt"]} for line in lines]
     steps: list[dict] = []
 
     class StepTimer(TrainerCallback):
@@ -125,8 +150,11 @@ def run_trl(args: argparse.Namespace) -> list[dict]:
                 steps[-1]["tokens"] = logs["completions/mean_length"] * args.prompts * args.samples
                 steps[-1]["score"] = logs.get("reward")
 
-    def reward(completions, **_):
-        return [digit_share(None, text, None, None) for text in completions]
+    def reward(completions, ground_truth=None, **_):
+        if not args.model:
+            return [digit_share(None, text, None, None) for text in completions]
+        texts = [c[-1]["content"] for c in completions]  # conversational: message lists
+        return [last_number_is(t, g) for t, g in zip(texts, ground_truth, strict=True)]
 
     config = GRPOConfig(
         output_dir=str(work / f"trl-run-{time.time_ns()}"),
@@ -148,12 +176,12 @@ def run_trl(args: argparse.Namespace) -> list[dict]:
         seed=0,
         disable_tqdm=True,
     )
-    tokenizer = AutoTokenizer.from_pretrained(work / "model")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(work / "model"),
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
         reward_funcs=reward,
         args=config,
-        train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
+        train_dataset=Dataset.from_list(dataset),
         processing_class=tokenizer,
         callbacks=[StepTimer()],
     )
@@ -173,12 +201,18 @@ def side(python: str, name: str, args: argparse.Namespace, work: Path) -> list[d
     return json.loads(out.read_text())
 
 
-SHARED = ["prompts", "samples", "response_length", "warmup", "steps"]
+SHARED = ["prompts", "samples", "response_length", "warmup", "steps", "model"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trl-python", help="python of a venv with trl (default: skip TRL)")
+    parser.add_argument(
+        "--model",
+        default="",
+        help="a checkpoint directory, or smollm2 (the packaged real model): train it on the "
+        "real-model quickstart's chat prompts (default: a tiny model with random weights)",
+    )
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--response-length", type=int, default=64)
@@ -200,15 +234,24 @@ def main() -> None:
 
     from ascent.models import build_tiny_model
 
+    if args.model == "smollm2":
+        from ascent.models.gguf import packaged_checkpoint
+
+        args.model = str(packaged_checkpoint("smollm2"))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        build_tiny_model(
-            work / "model",
-            hidden_size=args.hidden,
-            layers=args.layers,
-            intermediate_size=4 * args.hidden,
-            seed=0,
-        )
+        if args.model:
+            from ascent.quickstart.real_task import write_task
+
+            write_task(work, seed=0)
+        else:
+            build_tiny_model(
+                work / "model",
+                hidden_size=args.hidden,
+                layers=args.layers,
+                intermediate_size=4 * args.hidden,
+                seed=0,
+            )
         write_prompts(work / "prompts.jsonl", args.prompts * (args.warmup + args.steps))
         sides = {"ascent": sys.executable}
         if args.trl_python:
@@ -228,9 +271,10 @@ def main() -> None:
             "timed_steps": len(steps),
         }
     base = figures["ascent"]
+    shape = f"Qwen2-shaped model hidden {args.hidden} x {args.layers} layers"
     print(
         f"{args.prompts} prompts x {args.samples} samples, up to {args.response_length} tokens, "
-        f"Qwen2-shaped model hidden {args.hidden} x {args.layers} layers, {args.threads} threads, "
+        f"{args.model or shape}, {args.threads} threads, "
         f"medians of {args.repeats} x {args.steps} steps\n"
     )
     print("| trainer | s/step | ascent speed-up | generated tokens/s | vs ascent | mean length |")

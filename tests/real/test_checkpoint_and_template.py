@@ -63,7 +63,10 @@ def test_convert_gguf_writes_a_checkpoint_from_a_gguf_path(smollm2, tmp_path, ca
 def test_rl_prompts_carry_the_templates_default_system_prompt(smollm2, tmp_path):
     tokenizer = load_tokenizer(smollm2)
     rows = [
-        {"prompt": [{"role": "user", "content": "What is 2 + 3?"}], "reward_model": {"ground_truth": "5"}},
+        {
+            "prompt": [{"role": "user", "content": "What is 2 + 3?"}],
+            "reward_model": {"ground_truth": "5"},
+        },
         {
             "prompt": [
                 {"role": "system", "content": "You add numbers."},

@@ -17,6 +17,7 @@ from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.loop import train_rl
 
 ACCURACY = "val/arithmetic/acc"
+SCORE = "critic/score/mean"
 
 
 def rl_config(
@@ -141,30 +142,42 @@ def run_quickstart(
     result = train_rl(rl_config(model_dir, data, out, seed, steps, lr, overrides))
     rl_seconds = time.perf_counter() - rl_began
 
-    history = result["validation"]
-    before, after = history[0][1][ACCURACY], history[-1][1][ACCURACY]
-    metrics = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
-    rewards = [(m["step"], m["critic/score/mean"]) for m in metrics if "critic/score/mean" in m]
     summary = {
-        "accuracy_before": before,
-        "accuracy_after": after,
-        "gain_points": 100 * (after - before),
+        **outcome(result, out / "rl"),
         "held_out_problems": held_out_problems,
         "seed": seed,
         "sft": warm,
         "rl": {"steps": steps, "seconds": rl_seconds, "lr": lr},
-        "held_out_accuracy": [(step, m[ACCURACY]) for step, m in history],
-        "reward": rewards,
-        "model": result["export_dir"],
         "seconds": time.perf_counter() - began,
     }
+    report(summary, out, f"{summary['seconds']:.0f} s total")
+    return 0 if summary["gain_points"] >= 30 else 1
+
+
+def outcome(result: dict, run_dir: Path) -> dict:
+    """What an RL run did to held-out accuracy, and its reward per step, from ``train_rl``'s
+    result and the run's metrics."""
+    history = result["validation"]
+    before, after = history[0][1][ACCURACY], history[-1][1][ACCURACY]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {
+        "accuracy_before": before,
+        "accuracy_after": after,
+        "gain_points": 100 * (after - before),
+        "held_out_accuracy": [(step, m[ACCURACY]) for step, m in history],
+        "reward": [(m["step"], m[SCORE]) for m in metrics if SCORE in m],
+        "model": result["export_dir"],
+    }
+
+
+def report(summary: dict, out: Path, took: str) -> None:
+    """``summary.json`` and ``progress.png`` in ``out``, and the closing lines."""
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot_run(summary, out / "progress.png")
     print(
-        f"\nheld-out accuracy (greedy, {held_out_problems} problems): before RL {before:.1%}, "
-        f"after RL {after:.1%} ({summary['gain_points']:+.1f} points) in "
-        f"{summary['seconds']:.0f} s total\n"
-        f"model: {result['export_dir']}  plot: {out / 'progress.png'}  "
+        f"\nheld-out accuracy (greedy, {summary['held_out_problems']} problems): before RL "
+        f"{summary['accuracy_before']:.1%}, after RL {summary['accuracy_after']:.1%} "
+        f"({summary['gain_points']:+.1f} points) in {took}\n"
+        f"model: {summary['model']}  plot: {out / 'progress.png'}  "
         f"TensorBoard: {out / 'rl' / 'tensorboard'}  summary: {out / 'summary.json'}"
     )
-    return 0 if after - before >= 0.30 else 1

@@ -103,7 +103,9 @@ def check_mismatch(metrics):
     assert all(m["actor/grad_norm"] > 0 for m in metrics)
 
 
-def test_full_fine_tuning_over_two_fsdp2_ranks_keeps_the_head_tied(smollm2, real_task, tmp_path):
+def test_full_fine_tuning_over_two_fsdp2_ranks_keeps_the_head_tied(
+    smollm2, real_task, tmp_path, local_ray
+):
     run_dir = tmp_path / "run"
     metrics = run(
         smollm2,

@@ -158,5 +158,10 @@ def packaged_checkpoint(name: str = "smollm2") -> Path:
     source = packaged_gguf(name)
     out = cache_root() / "models" / f"{name}-{source.stat().st_size}"
     if not (out / "config.json").is_file():
-        convert_gguf(name, out)
+        try:
+            convert_gguf(name, out)
+        except (UserError, OSError):
+            if not (out / "config.json").is_file():
+                raise
+            # another process converted it first (its rename won): use that one
     return out

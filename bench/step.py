@@ -197,6 +197,11 @@ def side(python: str, name: str, args: argparse.Namespace, work: Path) -> list[d
     command = [python, str(HERE), f"--worker={name}", f"--work={work}", f"--out={out}"]
     command += [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in SHARED]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
+    # TRL's venv has no ascent installed: the real task's reward is ascent's own rule, read
+    # from this checkout's sources (it needs nothing beyond the standard library).
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(HERE.parent.parent / "src"), env.get("PYTHONPATH")])
+    )
     subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 

@@ -34,7 +34,8 @@ def test_readme_commands_are_make_targets():
     for target in ("quickstart", "test"):
         assert f"make {target}" in README
         assert re.search(rf"^{target}:", makefile, flags=re.MULTILINE)
-    assert "make test" in (ROOT / ".ci" / "run").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test\n" in ci and "make test-slow" in ci and "make test-slow" in README
 
 
 def test_readme_config_reference_is_generated_from_the_classes():

@@ -288,7 +288,6 @@ def peak_extra_bytes(mode, n, vocab):
     return int(out.stdout.strip())
 
 
-@pytest.mark.slow
 def test_peak_memory_is_lower_by_more_than_one_float32_copy():
     n, vocab = 1024, 32000
     copy = n * vocab * 4  # one float32 [N x V]: 125 MiB

@@ -133,7 +133,6 @@ while True:
 """
 
 
-@pytest.mark.slow
 def test_killed_save_never_leaves_a_partial_batch(tmp_path):
     """SIGKILL a process that overwrites a 4 MB batch in a loop: whatever the moment, the
     path holds a complete batch, or (killed between the two renames) the previous one

@@ -128,7 +128,6 @@ sys.stdout.buffer.write(pickle.dumps(batch, protocol=5))
 """
 
 
-@pytest.mark.slow
 def test_across_a_process_boundary_through_a_read_only_mapping(tmp_path):
     """The Ray-like path: the payload through a pipe, the buffers in read-only mapped memory
     (what Ray's object store hands to a reader); the receiver gets its own writable copy."""

@@ -7,7 +7,7 @@ from ray.cluster_utils import Cluster
 from ascent.controller import ResourcePool, spawn_group
 from tests.controller.workers import EchoWorker
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture

@@ -1,23 +1,19 @@
 """On the real model, every generator ascent can drive gives the same greedy tokens for chat
 prompts: the native engine, the transformers reference engine, ``ascent serve`` and vLLM's
-CPU build (``make vllm-venv``; left out without it). (That the native engine's sampled
-log-probs are the trainer's is checked every RL step: ``test_training``.)"""
-
-import asyncio
-import sys
+CPU build (``make vllm-venv``; skipped without it). The two in-process engines are compared in
+``make test``; the two servers (a process each, vLLM about a minute to start) in
+``make test-slow``. (That the native engine's sampled log-probs are the trainer's is checked
+every RL step: ``test_training``.)"""
 
 import pytest
 
 from ascent.models import load_causal_lm, load_tokenizer
 from ascent.rollout import NativeEngine, SamplingParams
-from ascent.rollout.engine_settings import EngineSettings
 from ascent.rollout.hf_engine import TransformersEngine
 from ascent.rollout.http_backend import HTTPBackend
-from ascent.rollout.server_process import ServerProcess, free_port
-from ascent.rollout.vllm_backend import VLLMBackend
-from ascent.rollout.vllm_server import SERVED_NAME, start_vllm_servers, vllm_python
+from ascent.rollout.vllm_server import vllm_python
+from tests.servers import ascent_serve, vllm_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
 QUESTIONS = [
     "What is the capital of France?",
     "What is 12 + 7? Answer with the number only.",
@@ -36,52 +32,44 @@ def chat_prompts(tokenizer):
     return prompts
 
 
-def test_native_transformers_serve_and_vllm_agree_greedily(smollm2, tmp_path):
+@pytest.fixture(scope="module")
+def setup(smollm2):
+    """The chat prompts, greedy settings that stop at the end-of-turn token (servers stop there
+    by default: every engine is told to), the model, and the native engine's tokens."""
     tokenizer = load_tokenizer(smollm2)
     prompts = chat_prompts(tokenizer)
-    # Servers stop at the model's end-of-turn token by default: every engine is told to.
     greedy = SamplingParams(
         temperature=0, max_new_tokens=24, stop_token_ids=[tokenizer.eos_token_id]
     )
     model = load_causal_lm(smollm2)
     native = NativeEngine(model, max_num_seqs=4, max_model_len=256).generate(prompts, greedy)
+    assert "Paris" in tokenizer.decode(native[0].token_ids)
+    return prompts, greedy, model, [s.token_ids for s in native]
+
+
+def test_the_transformers_engine_generates_the_native_engines_tokens(setup):
+    prompts, greedy, model, native = setup
     reference = TransformersEngine(model, max_num_seqs=4).generate(prompts, greedy)
-    port = free_port()
-    command = [sys.executable, "-m", "ascent", "serve", smollm2, "--port", str(port)]
-    served = ServerProcess([*command, "--max-model-len", "256"], port, tmp_path / "serve.log")
-    served.start(180)
-    try:
-        through_serve = HTTPBackend([served.url], smollm2).generate_batch(prompts, greedy)
-    finally:
-        served.stop()
-    engines = {"transformers": reference, "serve": through_serve}
+    assert [s.token_ids for s in reference] == native
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_ascent_serve_generates_the_native_engines_tokens(setup, smollm2, tmp_path):
+    prompts, greedy, _, native = setup
+    with ascent_serve(smollm2, tmp_path / "serve.log", "--max-model-len", "256", timeout=180) as s:
+        served = HTTPBackend([s.url], smollm2).generate_batch(prompts, greedy)
+    assert [s.token_ids for s in served] == native
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_vllm_generates_the_native_engines_tokens(setup, smollm2, tmp_path):
     try:
         python = vllm_python()
-    except FileNotFoundError:
-        python = None  # vLLM's venv is not built: the other three still must agree
-    if python is not None:
-        [server] = start_vllm_servers(
-            1,
-            tmp_path / "vllm-logs",
-            400,
-            python=python,
-            settings=EngineSettings(
-                model={"path": smollm2},
-                max_model_len=256,
-                max_num_seqs=4,
-                dtype="float32",
-                kv_cache_bytes=64 * 2**20,
-            ),
-            seed=0,
-            cpu=True,
-            extra_args=[],
-        )
-        vllm = VLLMBackend([server.url], SERVED_NAME, processes=[server])
-        try:
-            engines["vllm"] = vllm.generate_batch(prompts, greedy)
-        finally:
-            asyncio.run(vllm.close())
-    for name, samples in engines.items():
-        got = [s.token_ids for s in samples]
-        assert got == [s.token_ids for s in native], name
-    assert "Paris" in tokenizer.decode(native[0].token_ids)
+    except FileNotFoundError as missing:
+        pytest.skip(str(missing))
+    prompts, greedy, _, native = setup
+    with vllm_server(smollm2, tmp_path / "vllm-logs", python, 4, timeout=400) as vllm:
+        served = vllm.generate_batch(prompts, greedy)
+    assert [s.token_ids for s in served] == native

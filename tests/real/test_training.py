@@ -2,7 +2,8 @@
 FSDP2 (two ranks), LoRA, the rollout engine's weight refresh and ``ascent export``; the
 rollout/trainer log-prob mismatch is reported every step and stays small after refreshes
 (a refresh that missed the tied head would show here); the exported model is the trained
-one and loads in transformers."""
+one and loads in transformers. The LoRA run is in ``make test``; the two-rank run (Ray, about
+80 s) in ``make test-slow``."""
 
 import json
 
@@ -18,7 +19,6 @@ from ascent.rollout import NativeEngine, SamplingParams
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.loop import train_rl
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
 STEPS = 3
 
 
@@ -103,6 +103,8 @@ def check_mismatch(metrics):
     assert all(m["actor/grad_norm"] > 0 for m in metrics)
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 def test_full_fine_tuning_over_two_fsdp2_ranks_keeps_the_head_tied(
     smollm2, real_task, tmp_path, local_ray
 ):

@@ -6,7 +6,6 @@ whose reward is the judge's grade."""
 import asyncio
 import json
 import re
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,10 +18,11 @@ from ascent.batch import Batch
 from ascent.config import load_config
 from ascent.models import load_tokenizer
 from ascent.rewards.judge import Judge, JudgeConfig, JudgeUnreachable, prompt_text
-from ascent.rollout.server_process import ServerProcess, free_port
+from ascent.rollout.server_process import free_port
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.loop import train_rl
 from ascent.trainer.rl.plan import make_plan
+from tests.servers import ascent_serve
 from tests.trainer.rl_setup import config, metric
 
 # Braces that are not placeholders stay as written.
@@ -216,21 +216,14 @@ def test_the_prompt_text_of_chat_and_raw_prompts():
     assert prompt_text(messages) == "system: be brief\nuser: hi"
 
 
-@pytest.mark.slow
 def test_ascent_serve_as_the_judge(tiny_model, tmp_path):
     """An untrained model writes random bytes: each sample is a grade (normalised, clamped)
     or counted unparsable; with this seed, both happen."""
-    port = free_port()
-    command = [sys.executable, "-m", "ascent", "serve", tiny_model, "--port", str(port)]
-    command += ["--max-model-len", "512", "--served-model-name", "tiny", "--seed", "0"]
-    server = ServerProcess(command, port, tmp_path / "server.log")
-    server.start(timeout=120)
-    try:
+    flags = ["--max-model-len", "512", "--served-model-name", "tiny", "--seed", "0"]
+    with ascent_serve(tiny_model, tmp_path / "server.log", *flags) as server:
         config = judge_config(f"{server.url}/v1", model="tiny", max_tokens=64, temperature=1.0)
         with Judge(config) as judge:
             graded = judge.grade(["say 3", "say 9", "hi", "a"], ["3", "33", "x", "0"], ["3"] * 4)
-    finally:
-        server.stop()
     parsed = ~graded.grades.isnan()
     assert graded.counts["judge/timeouts"] == graded.counts["judge/errors"] == 0
     assert int(parsed.sum()) + graded.counts["judge/unparsable"] == 4
@@ -239,7 +232,6 @@ def test_ascent_serve_as_the_judge(tiny_model, tmp_path):
     assert torch.equal(graded.scores[parsed], (graded.grades[parsed] / 4).clamp(0, 1).float())
 
 
-@pytest.mark.slow
 def test_an_rl_run_trains_on_the_judges_grades(grading_server, tiny_model, prompts, tmp_path):
     server = grading_server()
     dumps = tmp_path / "dumps"

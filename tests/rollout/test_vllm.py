@@ -5,7 +5,6 @@ The model has head_dim 32: vLLM's CPU attention has no kernel for the default ti
 """
 
 import asyncio
-import sys
 import time
 
 import pytest
@@ -13,14 +12,13 @@ import pytest
 from ascent.models import build_tiny_model, load_causal_lm
 from ascent.models.loading import causal_lm_from_config
 from ascent.rollout import NativeEngine, SamplingParams
-from ascent.rollout.engine_settings import EngineSettings
 from ascent.rollout.http_backend import HTTPBackend
-from ascent.rollout.server_process import ServerDied, ServerProcess, free_port
-from ascent.rollout.vllm_backend import VLLMBackend
-from ascent.rollout.vllm_server import SERVED_NAME, start_vllm_servers, vllm_python
+from ascent.rollout.server_process import ServerDied
+from ascent.rollout.vllm_server import start_vllm_servers, vllm_python
 from ascent.rollout.weight_files import write_weights
 from ascent.trainer.rl.loop import train_rl
 from ascent.workers.rollout import RolloutConfig
+from tests.servers import ascent_serve, vllm_server
 from tests.trainer.rl_setup import config, metric
 from tests.trainer.test_async_rl import learns_async
 from tests.trainer.test_rl_trainer import assert_learned
@@ -42,39 +40,16 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vllm(model_dir, tmp_path_factory):
-    [server] = start_vllm_servers(
-        1,
-        tmp_path_factory.mktemp("vllm-logs"),
-        300,
-        python=PYTHON,
-        settings=EngineSettings(
-            model={"path": model_dir},
-            max_model_len=256,
-            max_num_seqs=16,
-            dtype="float32",
-            kv_cache_bytes=64 * 2**20,
-        ),
-        seed=0,
-        cpu=True,
-        extra_args=[],
-    )
-    backend = VLLMBackend([server.url], SERVED_NAME, processes=[server])
-    yield backend
-    asyncio.run(backend.close())
+    with vllm_server(model_dir, tmp_path_factory.mktemp("vllm-logs"), PYTHON, 16) as backend:
+        yield backend
 
 
 def test_greedy_tokens_and_log_probs_agree_in_process_served_and_vllm(vllm, model_dir, tmp_path):
     engine = NativeEngine(load_causal_lm(model_dir), max_num_seqs=4, max_model_len=256)
     native = engine.generate(PROMPTS, GREEDY)
-    port = free_port()
-    command = [sys.executable, "-m", "ascent", "serve", model_dir, "--port", str(port)]
-    served = ServerProcess([*command, "--max-model-len", "256"], port, tmp_path / "serve.log")
-    served.start(120)
-    try:
+    with ascent_serve(model_dir, tmp_path / "serve.log", "--max-model-len", "256") as served:
         ascent_http = HTTPBackend([served.url], model_dir)  # the same OpenAI token-in protocol
         through_serve = ascent_http.generate_batch(PROMPTS, GREEDY)
-    finally:
-        served.stop()
     through_vllm = vllm.generate_batch(PROMPTS, GREEDY)
     for a, b, c in zip(native, through_serve, through_vllm, strict=True):
         assert a.token_ids == b.token_ids == c.token_ids

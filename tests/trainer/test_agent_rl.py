@@ -79,8 +79,14 @@ LETTERS_OR_DIGITS = "[" + ", ".join(f"'{c}'" for c in string.ascii_lowercase + s
 
 
 @pytest.mark.learning
-@pytest.mark.slow
-@pytest.mark.parametrize(("seed", "mode"), [(0, "sync"), (1, "sync"), (0, "async")])
+@pytest.mark.parametrize(
+    ("seed", "mode"),
+    [
+        pytest.param(0, "sync", marks=pytest.mark.slow),
+        (1, "sync"),
+        pytest.param(0, "async", marks=pytest.mark.slow),
+    ],
+)
 def test_multi_turn_episodes_learn(tiny_model, prompts, tmp_path, seed, mode):
     """Three-turn episodes (a user says "again" after each turn) scored on how many of the
     model's turns ended on a digit: the score climbs only if the episode's outcome reaches

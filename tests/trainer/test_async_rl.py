@@ -67,7 +67,6 @@ def test_every_mode_trains_the_same_prompts_in_the_same_steps(tiny_model, prompt
 
 
 @pytest.mark.learning
-@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("mode", ["one_step_off", "async"])
 def test_generating_ahead_still_learns(tiny_model, prompts, tmp_path, mode, seed):
@@ -110,7 +109,6 @@ def test_async_with_the_rollout_in_its_own_process_learns(tiny_model, prompts, t
 
 @pytest.mark.learning
 @pytest.mark.integration
-@pytest.mark.slow
 def test_async_with_ascent_serve_rollouts_learns(tiny_model, prompts, tmp_path):
     """rollout.engine=serve: the rollout in an ``ascent serve`` process; each update goes over
     HTTP into the running server between two decode steps, and the tokens' own versions
@@ -119,6 +117,7 @@ def test_async_with_ascent_serve_rollouts_learns(tiny_model, prompts, tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_an_async_run_killed_with_sigkill_resumes_onto_the_same_prompts(
     tiny_model, prompts, tmp_path
 ):

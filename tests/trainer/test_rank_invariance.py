@@ -21,7 +21,6 @@ TWO_MINI_BATCHES = [
 
 
 @pytest.mark.integration
-@pytest.mark.slow
 def test_one_and_two_ranks_make_the_same_updates(tiny_model, prompts, tmp_path, local_ray):
     dumps = tmp_path / "dumps"
     train_rl(

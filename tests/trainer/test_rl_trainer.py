@@ -27,7 +27,6 @@ def assert_learned(run_dir):
 
 
 @pytest.mark.learning
-@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
 def test_the_score_rises(tiny_model, prompts, tmp_path, algorithm):
     overrides = ["trainer.total_steps=30", f"algorithm.name={algorithm}"]
@@ -72,7 +71,6 @@ def test_a_rollout_on_its_own_device_follows_the_actor(tiny_model, prompts, tmp_
 
 @pytest.mark.learning
 @pytest.mark.integration
-@pytest.mark.slow
 def test_two_ranks_over_ray_learn(tiny_model, prompts, tmp_path, local_ray):
     train_rl(
         config(

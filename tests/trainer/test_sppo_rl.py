@@ -50,7 +50,6 @@ def win_rate(trained, initial):
 
 
 @pytest.mark.learning
-@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_sppo_wins_against_the_initial_policy(tiny_model, prompts, tmp_path, seed):
     result = train_rl(

@@ -22,7 +22,7 @@ from tests.workers.test_actor import (
     reference_log_probs,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 MINI_BATCHES = 2
 
 

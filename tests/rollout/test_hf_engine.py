@@ -90,6 +90,7 @@ print(before, kib("VmHWM"))
 """
 
 
+@pytest.mark.slow
 def test_generation_does_not_keep_every_steps_scores():
     """32 rows x 128 steps over a 32k vocabulary: every step's float32 scores are 512 MiB, and
     stacking them as much again; one step's are 4 MiB. The growth of the peak resident set of

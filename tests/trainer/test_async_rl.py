@@ -107,6 +107,7 @@ def test_async_with_the_rollout_in_its_own_process_learns(tiny_model, prompts, t
     )
 
 
+@pytest.mark.slow
 @pytest.mark.learning
 @pytest.mark.integration
 def test_async_with_ascent_serve_rollouts_learns(tiny_model, prompts, tmp_path):

@@ -136,6 +136,7 @@ def disk_usage(path):
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
 def test_a_full_disk_during_a_save_names_the_last_checkpoint_and_cleans_up(

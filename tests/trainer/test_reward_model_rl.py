@@ -184,6 +184,7 @@ def test_the_reward_combines_the_function_and_the_model_by_weight(
     assert metric(tmp_path / "run", "reward/model/std")
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_reward_model_on_its_own_devices(tiny_model, digits, reward_model, tmp_path, local_ray):
     """The same rollouts scored by a reward model in its own Ray process give the same

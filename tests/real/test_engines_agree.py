@@ -33,7 +33,7 @@ def chat_prompts(tokenizer):
 
 
 @pytest.fixture(scope="module")
-def setup(smollm2):
+def native_run(smollm2):
     """The chat prompts, greedy settings that stop at the end-of-turn token (servers stop there
     by default: every engine is told to), the model, and the native engine's tokens."""
     tokenizer = load_tokenizer(smollm2)
@@ -47,16 +47,16 @@ def setup(smollm2):
     return prompts, greedy, model, [s.token_ids for s in native]
 
 
-def test_the_transformers_engine_generates_the_native_engines_tokens(setup):
-    prompts, greedy, model, native = setup
+def test_the_transformers_engine_generates_the_native_engines_tokens(native_run):
+    prompts, greedy, model, native = native_run
     reference = TransformersEngine(model, max_num_seqs=4).generate(prompts, greedy)
     assert [s.token_ids for s in reference] == native
 
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_ascent_serve_generates_the_native_engines_tokens(setup, smollm2, tmp_path):
-    prompts, greedy, _, native = setup
+def test_ascent_serve_generates_the_native_engines_tokens(native_run, smollm2, tmp_path):
+    prompts, greedy, _, native = native_run
     with ascent_serve(smollm2, tmp_path / "serve.log", "--max-model-len", "256", timeout=180) as s:
         served = HTTPBackend([s.url], smollm2).generate_batch(prompts, greedy)
     assert [s.token_ids for s in served] == native
@@ -64,12 +64,12 @@ def test_ascent_serve_generates_the_native_engines_tokens(setup, smollm2, tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_vllm_generates_the_native_engines_tokens(setup, smollm2, tmp_path):
+def test_vllm_generates_the_native_engines_tokens(native_run, smollm2, tmp_path):
     try:
         python = vllm_python()
     except FileNotFoundError as missing:
         pytest.skip(str(missing))
-    prompts, greedy, _, native = setup
+    prompts, greedy, _, native = native_run
     with vllm_server(smollm2, tmp_path / "vllm-logs", python, 4, timeout=400) as vllm:
         served = vllm.generate_batch(prompts, greedy)
     assert [s.token_ids for s in served] == native

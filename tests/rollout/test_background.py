@@ -40,7 +40,7 @@ def other_weights(tiny_model):
 def wait_until_decoded(engine, tokens):
     """Until every running response has ``tokens`` tokens (both prompts admitted)."""
     scheduler = engine.scheduler
-    while scheduler.running < len(PROMPTS) or int(scheduler.length[: len(PROMPTS)].min()) < tokens:
+    while scheduler.running < len(PROMPTS) or min(scheduler.generated_lengths()) < tokens:
         time.sleep(0.001)
 
 

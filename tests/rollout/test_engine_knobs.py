@@ -107,28 +107,26 @@ NATIVE_OBSERVED = {
     "model.path": lambda engine: engine.model.name_or_path,
     "model.trust_remote_code": lambda engine: type(engine.model).__module__.endswith("remote_lm"),
     "model.attn_implementation": lambda engine: engine.model.config._attn_implementation,
-    "max_num_seqs": lambda engine: engine.cache.slots,
+    "max_num_seqs": lambda engine: engine.scheduler.max_num_seqs,
     "max_model_len": lambda engine: engine.max_model_len,
-    "kv_cache_bytes": lambda engine: engine.cache.slots,  # see below: a budget that binds
+    "kv_cache_bytes": lambda engine: engine.cache.limit * engine.cache.block_bytes,
     "dtype": lambda engine: str(engine.dtype).removeprefix("torch."),
     "cuda_graphs": lambda engine: engine.cuda_graphs,
 }
 
 
 def assert_native_engine_has(engine: NativeEngine, settings: EngineSettings) -> None:
-    """Every applicable setting shows on ``engine``; kv_cache_bytes is checked by the cache
-    it allows when it binds (a second engine, below)."""
+    """Every applicable setting shows on ``engine``; kv_cache_bytes as the cache's limit
+    (whole blocks of it)."""
     expected = {name: setting_value(settings, name) for name in NATIVE_OBSERVED}
-    expected["kv_cache_bytes"] = expected["max_num_seqs"]  # 1 GiB does not bind here
+    block = engine.cache.block_bytes
+    expected["kv_cache_bytes"] = expected["kv_cache_bytes"] // block * block
     observed = {name: look(engine) for name, look in NATIVE_OBSERVED.items()}
     assert observed == expected
 
 
 def test_the_native_engine_takes_every_setting(settings):
     assert_native_engine_has(NativeEngine.load(settings, torch.device("cpu")), settings)
-    per_slot = NativeEngine.load(settings, torch.device("cpu")).cache.bytes // 3
-    bound = settings.model_copy(update={"kv_cache_bytes": 2 * per_slot + 1})
-    assert NativeEngine.load(bound, torch.device("cpu")).cache.slots == 2
 
 
 def test_ascent_serve_parses_every_setting_from_its_command_and_builds_the_engine(

@@ -85,7 +85,10 @@ def test_keep_mode_weight_update_changes_the_version_mid_response(backend, tiny_
 
     async def main():
         response = asyncio.create_task(backend.generate([1, 2, 3], GREEDY))
-        while backend.engine.scheduler.running == 0 or backend.engine.scheduler.length[0] < 30:
+        while (
+            backend.engine.scheduler.running == 0
+            or backend.engine.scheduler.generated_lengths()[0] < 30
+        ):
             await asyncio.sleep(0.001)
         await backend.pause("keep")
         version = await backend.update_weights(other.named_parameters())

@@ -1,5 +1,5 @@
 """The native engine against transformers: greedy token-for-token, the sampling distribution,
-stop handling, reproducibility, memory budget and sleep/wake."""
+stop handling, reproducibility, memory budget (waiting and preemption) and sleep/wake."""
 
 import pytest
 import torch
@@ -161,21 +161,26 @@ def test_stop_tokens_stop_strings_and_lengths(tiny_model):
 
 
 def test_kv_cache_budget_and_sleep(tiny_model):
+    """A budget smaller than the batch wants makes sequences wait or be preempted, never
+    fail, and changes no output; sleep frees the cache and wake starts it empty."""
     model = load_causal_lm(tiny_model)
-    per_slot = 2 * 2 * 2 * 64 * 16 * 4  # layers x (k, v) x kv heads x length x head dim x fp32
-    engine = NativeEngine(
-        model, max_num_seqs=8, max_model_len=64, kv_cache_bytes=3 * per_slot + 100
-    )
-    assert engine.cache.slots == 3 and engine.cache.bytes == 3 * per_slot
-    prompts = random_prompts([4, 7, 5, 6, 3])
-    before = engine.generate(prompts, GREEDY)
-    engine.sleep()
-    assert not engine.cache.awake
-    after = engine.generate(prompts, GREEDY)  # wakes the cache again
-    assert engine.cache.awake
+    per_block = 2 * 2 * 2 * 16 * 16 * 4  # layers x (k, v) x kv heads x block x head dim x fp32
+    prompts = random_prompts([4, 7, 5, 6, 3, 30, 2, 9])
+    greedy = SamplingParams(temperature=0, max_new_tokens=40)
+    roomy = NativeEngine(model, max_num_seqs=8, max_model_len=64)
+    tight = NativeEngine(model, max_num_seqs=8, max_model_len=64, kv_cache_bytes=7 * per_block)
+    assert tight.cache.limit == 7
+    expected = roomy.generate(prompts, greedy)
+    before = tight.generate(prompts, greedy)
+    assert [s.token_ids for s in before] == [s.token_ids for s in expected]
+    assert tight.scheduler.preemptions > 0 and tight.cache.bytes <= 7 * per_block
+    tight.sleep()
+    assert not tight.cache.awake and tight.cache.bytes == 0
+    after = tight.generate(prompts, greedy)  # wakes the cache again
+    assert tight.cache.awake
     assert [s.token_ids for s in before] == [s.token_ids for s in after]
     with pytest.raises(ValueError, match="holds no sequence"):
-        NativeEngine(model, max_num_seqs=8, max_model_len=64, kv_cache_bytes=100)
+        NativeEngine(model, max_num_seqs=8, max_model_len=64, kv_cache_bytes=4 * per_block)
 
 
 def test_bad_requests_are_explained(tiny_model):

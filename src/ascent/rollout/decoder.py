@@ -1,4 +1,4 @@
-"""Prefill and decode passes of a Llama-family transformers model against a slotted cache.
+"""Prefill and decode passes of a Llama-family transformers model against a paged KV cache.
 
 Supported: the decoder-only models whose layers are RMSNorm -> attention (RoPE, grouped-query,
 optional q/k/v biases, optional per-head q/k RMSNorm) -> RMSNorm -> SiLU-gated MLP: Llama,
@@ -8,13 +8,15 @@ the trainer's current weights without a copy. RoPE comes from the model's own ro
 so every RoPE scaling variant it supports is reproduced exactly.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ascent.rollout.kv_cache import SlotCache
+from ascent.rollout import paged_attention
+from ascent.rollout.kv_cache import PagedKVCache
 
 SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
 
@@ -142,50 +144,78 @@ class DecoderRunner:
     def _logits(self, hidden: Tensor) -> Tensor:
         return F.linear(rms_norm(hidden, self.final_norm), self.head).float()
 
-    @torch.no_grad()
-    def prefill(self, ids: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Prompts (P, L) right-padded with their lengths (P,) -> logits of each prompt's last
-        token (P, V) and its keys and values (layers, P, kv_heads, L, D).
-
-        Causal attention alone is enough: a valid position never sees the padding after it.
-        """
-        positions = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape)
-        hidden = self.base.embed_tokens(ids)
-        cos, sin = self.base.rotary_emb(hidden, positions)
-        keys, values = [], []
-        for layer in self.layers:
-            x = rms_norm(hidden, layer.input_norm)
-            q, k, v = self._attention_inputs(layer, x, cos, sin)
-            keys.append(k)
-            values.append(v)
-            attended = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            hidden = self._finish_layer(layer, hidden, attended)
-        last = hidden[torch.arange(ids.shape[0], device=ids.device), lengths - 1]
-        return self._logits(last), torch.stack(keys), torch.stack(values)
-
-    @torch.no_grad()
-    def decode(self, cache: SlotCache, tokens: Tensor, positions: Tensor, span: int) -> Tensor:
-        """One token for each of the B running sequences (slots [0, B)) -> logits (B, V).
-
-        tokens and positions are (B,); the new keys and values are written at ``positions``;
-        attention reads the first ``span`` (> max position) cache positions, masked per row.
-        """
-        batch = tokens.shape[0]
-        rows = torch.arange(batch, device=tokens.device)
-        hidden = self.base.embed_tokens(tokens[:, None])
-        cos, sin = self.base.rotary_emb(hidden, positions[:, None])
-        mask = (torch.arange(span, device=tokens.device) <= positions[:, None])[:, None, None]
+    def _layers(self, hidden: Tensor, cos: Tensor, sin: Tensor, attend: Callable) -> Tensor:
+        """Every layer over ``hidden`` (B, T, hidden); ``attend(index, q, k, v)`` stores the
+        new keys and values in layer ``index``'s pool and returns the attention output."""
         for index, layer in enumerate(self.layers):
             x = rms_norm(hidden, layer.input_norm)
             q, k, v = self._attention_inputs(layer, x, cos, sin)
-            cache.k[index, rows, :, positions] = k[:, :, 0]
-            cache.v[index, rows, :, positions] = v[:, :, 0]
-            attended = F.scaled_dot_product_attention(
-                q,
-                cache.k[index, :batch, :, :span],
-                cache.v[index, :batch, :, :span],
-                attn_mask=mask,
-                enable_gqa=True,
+            hidden = self._finish_layer(layer, hidden, attend(index, q, k, v))
+        return hidden
+
+    @torch.no_grad()
+    def prefill(self, cache: PagedKVCache, chunk: "PrefillChunk") -> Tensor:
+        """New tokens of P rows, right-padded (P, T), each row starting at position
+        ``chunk.starts`` after keys already in its blocks -> logits of each row's last new
+        token (P, V). Their keys and values are written to the cache at ``chunk.slots``.
+
+        Rows without cached positions attend among their own new tokens (causal SDPA: a
+        valid position never sees the padding after it); otherwise over their blocks.
+        """
+        ids = chunk.ids
+        positions = chunk.starts[:, None] + torch.arange(ids.shape[1], device=ids.device)
+        hidden = self.base.embed_tokens(ids)
+        cos, sin = self.base.rotary_emb(hidden, positions)
+        fresh = chunk.fresh
+
+        def attend(index: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            new_k = k.transpose(1, 2)[chunk.valid]  # (N, kv_heads, D)
+            new_v = v.transpose(1, 2)[chunk.valid]
+            paged_attention.write(cache.k[index], cache.v[index], chunk.slots, new_k, new_v)
+            if fresh:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            return paged_attention.attend(
+                q, cache.k[index], cache.v[index], chunk.tables, positions
             )
-            hidden = self._finish_layer(layer, hidden, attended)
+
+        hidden = self._layers(hidden, cos, sin, attend)
+        last = hidden[torch.arange(ids.shape[0], device=ids.device), chunk.lengths - 1]
+        return self._logits(last)
+
+    @torch.no_grad()
+    def decode(
+        self, cache: PagedKVCache, tokens: Tensor, positions: Tensor, tables: Tensor, slots: Tensor
+    ) -> Tensor:
+        """One token for each of B sequences -> logits (B, V). tokens, positions and slots
+        (the flat cache row each new key goes to) are (B,); tables (B, nb) list the blocks
+        that hold positions 0..positions[b]."""
+        hidden = self.base.embed_tokens(tokens[:, None])
+        cos, sin = self.base.rotary_emb(hidden, positions[:, None])
+
+        def attend(index: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            paged_attention.write(cache.k[index], cache.v[index], slots, k[:, :, 0], v[:, :, 0])
+            return paged_attention.attend(
+                q, cache.k[index], cache.v[index], tables, positions[:, None]
+            )
+
+        hidden = self._layers(hidden, cos, sin, attend)
         return self._logits(hidden[:, 0])
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    """The new tokens of P rows for one prefill pass.
+
+    ids (P, T) right-padded with lengths (P,); starts (P,): positions already cached per row;
+    valid (P, T): the real tokens; slots (N,): the flat cache row of each valid token, in
+    row-major order; tables (P, nb): each row's blocks after the write; fresh: no row has
+    cached positions (attention needs no blocks).
+    """
+
+    ids: Tensor
+    lengths: Tensor
+    starts: Tensor
+    valid: Tensor
+    slots: Tensor
+    tables: Tensor
+    fresh: bool

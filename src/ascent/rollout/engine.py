@@ -1,8 +1,10 @@
-"""The native rollout engine: continuous batching over a slotted KV cache, request by request.
+"""The native rollout engine: continuous batching over a paged KV cache, request by request.
 
 Requests (``add_request``) join a running batch (``Scheduler``) whenever they arrive; each
 ``step`` admits what waits and decodes one token for every running sequence; a sequence that
-finishes frees its slot at once, so long responses never hold a batch back. ``generate`` is
+finishes frees its seat and blocks at once, so long responses never hold a batch back. The
+samples of a prompt share its cached blocks, and a prompt that starts with context already
+cached (an agent's next turn) prefills only what is new. ``generate`` is
 the synchronous batch call on top (the RL worker's); ``NativeBackend`` runs the step loop on
 a thread for many concurrent callers (``ascent serve``). Scheduling is deterministic: with a
 seed, the same prompts and settings from one caller give the same samples.
@@ -20,7 +22,7 @@ from torch import Tensor, nn
 from ascent.models.loading import load_causal_lm
 from ascent.rollout.decoder import DecoderRunner
 from ascent.rollout.engine_settings import TRAINING_ONLY, EngineSettings, generation_dtype
-from ascent.rollout.kv_cache import SlotCache
+from ascent.rollout.kv_cache import PagedKVCache
 from ascent.rollout.requests import EngineRequest
 from ascent.rollout.scheduler import Scheduler
 from ascent.rollout.types import Sample, SamplingParams
@@ -41,8 +43,12 @@ class NativeEngine:
     """Generates from a Llama-family transformers ``model`` (whose tensors it reads in place).
     ``NativeEngine.load`` builds one from ``EngineSettings``; the arguments here are theirs.
 
-    max_num_seqs: sequences decoded at once (cache slots); kv_cache_bytes can lower it.
-    max_model_len: prompt + response limit (cache slot length).
+    max_num_seqs: sequences decoded at once.
+    max_model_len: prompt + response limit.
+    kv_cache_bytes: the most memory the KV cache may grow to (default: room for
+        max_num_seqs sequences of max_model_len tokens; the cache only grows that far when
+        the sequences really are that long). When it is full, sequences wait or are
+        preempted and computed again later.
     tokenizer: needed only for stop strings.
     cuda_graphs: on CUDA, replay captured decode steps (one graph per batch-size bucket).
     """
@@ -69,12 +75,12 @@ class NativeEngine:
         self.max_model_len = max_model_len
         self.max_prefill_tokens = max_prefill_tokens
         self.tokenizer = tokenizer
-        self.cache = SlotCache(
+        self.cache = PagedKVCache(
             layers=len(self.runner.layers),
             kv_heads=self.runner.kv_heads,
             head_dim=self.runner.head_dim,
             max_len=max_model_len,
-            max_slots=max_num_seqs,
+            max_seqs=max_num_seqs,
             dtype=self.dtype,
             device=self.device,
             memory_bytes=kv_cache_bytes,
@@ -86,8 +92,9 @@ class NativeEngine:
         self.generator.seed()
         self.scheduler = Scheduler(
             self.cache,
-            self.runner.prefill,
-            lambda tokens, positions: self.decode(tokens, positions),  # looked up per step
+            lambda chunk: self.runner.prefill(self.cache, chunk),
+            lambda *step: self.decode(*step),  # looked up per step
+            max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,
             max_prefill_tokens=max_prefill_tokens,
             generator=self.generator,
@@ -157,17 +164,16 @@ class NativeEngine:
             for name, tensor in named_tensors
         )
 
-    def decode(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        """One decode step for the running sequences (slots [0, B)): CUDA graphs when
-        enabled on CUDA, else the eager pass over the positions in use."""
+    def decode(self, tokens: Tensor, positions: Tensor, tables: Tensor, slots: Tensor) -> Tensor:
+        """One decode step for the running sequences: CUDA graphs when enabled on CUDA,
+        else the eager pass."""
         if self.use_cuda_graphs:
-            if self.graphs is None:
+            if self.graphs is None or self.graphs.stale:
                 from ascent.rollout.cuda_graphs import GraphedDecoder
 
                 self.graphs = GraphedDecoder(self.runner, self.cache)
-            return self.graphs.decode(tokens, positions)
-        span = int(positions.max()) + 1
-        return self.runner.decode(self.cache, tokens, positions, span)
+            return self.graphs.decode(tokens, positions, tables, slots)
+        return self.runner.decode(self.cache, tokens, positions, tables, slots)
 
     # -- generation ---------------------------------------------------------------------
 
@@ -205,7 +211,7 @@ class NativeEngine:
         self.scheduler.add(request)
 
     def step(self) -> None:
-        """Admit waiting requests into free slots, then decode one token for every sequence."""
+        """Admit waiting requests, then decode one token for every running sequence."""
         self.scheduler.step()
 
     def has_work(self) -> bool:

@@ -1,19 +1,28 @@
-"""A slotted KV cache: one fixed-size slot per running sequence, allocated up front.
+"""The paged KV cache: keys and values in fixed-size blocks, memory grown as tokens arrive.
 
-k and v are (layers, slots, kv_heads, max_len, head_dim). A sequence keeps its slot from
-admission to finish; running sequences always occupy slots [0, B), so one decode step reads
-the views [:, :B] without gathering. When a sequence finishes, the last running one moves
-into its slot (one copy of that sequence's keys and values).
+k and v are (layers, blocks, block_size, kv_heads, head_dim). Block 0 is scratch: padded
+table entries point at it and padded rows of a captured decode step write into it, so it is
+never handed to a sequence. Blocks 1.. are ``BlockAllocator``'s (free, held, or cached).
 
-Sizing: the slot count is the largest that fits ``memory_bytes`` (capped by ``max_slots``).
-``sleep`` frees the tensors (training gets the memory back); ``wake`` allocates them again.
+Memory: the tensors start with room for one block per sequence and grow (by the blocks
+asked for, at least 1/16 of what exists, so growth is rare and the excess small) up to the
+budget: ``memory_bytes``, or by default ``max_num_seqs`` sequences of ``max_len`` tokens,
+which a lazily grown cache only reaches if the sequences really are that long. So the memory
+held follows the tokens live at the busiest moment, whatever ``max_len`` is. ``sleep`` frees
+it all (training gets the memory back) and forgets the cached prefixes.
 """
+
+import math
 
 import torch
 from torch import Tensor
 
+from ascent.rollout.kv_blocks import BlockAllocator
 
-class SlotCache:
+DEFAULT_BLOCK_SIZE = 16
+
+
+class PagedKVCache:
     def __init__(
         self,
         *,
@@ -21,35 +30,46 @@ class SlotCache:
         kv_heads: int,
         head_dim: int,
         max_len: int,
-        max_slots: int,
+        max_seqs: int,
         dtype: torch.dtype,
         device: torch.device,
         memory_bytes: int | None = None,
+        block_size: int = DEFAULT_BLOCK_SIZE,
     ) -> None:
-        self.shape_per_slot = (kv_heads, max_len, head_dim)
-        self.layers, self.max_len, self.dtype, self.device = layers, max_len, dtype, device
-        per_slot = 2 * layers * kv_heads * max_len * head_dim * dtype.itemsize
-        slots = max_slots if memory_bytes is None else min(max_slots, memory_bytes // per_slot)
-        if slots < 1:
+        self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
+        self.block_size, self.max_len, self.max_seqs = block_size, max_len, max_seqs
+        self.dtype, self.device = dtype, device
+        self.token_bytes = 2 * layers * kv_heads * head_dim * dtype.itemsize
+        self.block_bytes = self.token_bytes * block_size
+        self.blocks_per_seq = math.ceil(max_len / block_size)
+        needed = self.blocks_per_seq + 1  # one whole sequence, and its next block
+        if memory_bytes is None:
+            limit = max_seqs * self.blocks_per_seq + 1
+        else:
+            limit = memory_bytes // self.block_bytes
+        if limit < needed:
             raise ValueError(
-                f"the KV cache budget of {memory_bytes} bytes holds no sequence: one slot of "
-                f"{max_len} tokens needs {per_slot} bytes; raise the budget or lower max_len"
+                f"the KV cache budget of {memory_bytes} bytes holds no sequence: one of "
+                f"{max_len} tokens needs {needed} blocks of {self.block_bytes} bytes; raise "
+                "the budget or lower max_len"
             )
-        self.slots = slots
-        self.bytes = slots * per_slot
+        self.limit = limit
         self.k: Tensor | None = None
         self.v: Tensor | None = None
+        self.blocks = BlockAllocator(block_size, capacity=0, limit=limit)
+        self.peak_blocks = 0  # the most blocks held at once since the last reset
         self.wake()
+
+    # -- memory -------------------------------------------------------------------------
 
     def wake(self) -> None:
         """Allocate the cache (no-op when awake)."""
         if self.k is None:
-            shape = (self.layers, self.slots, *self.shape_per_slot)
-            self.k = torch.zeros(shape, dtype=self.dtype, device=self.device)
-            self.v = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            self.blocks = BlockAllocator(self.block_size, capacity=0, limit=self.limit)
+            self._resize(min(self.limit, self.max_seqs + 1))
 
     def sleep(self) -> None:
-        """Free the cache memory (the next generate call wakes it again)."""
+        """Free the cache memory and its cached prefixes (``wake`` starts empty)."""
         self.k = self.v = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -58,13 +78,64 @@ class SlotCache:
     def awake(self) -> bool:
         return self.k is not None
 
-    def write_prefix(self, slot: int, keys: Tensor, values: Tensor) -> None:
-        """Put a prefilled prompt's keys/values (layers, kv_heads, length, head_dim) in ``slot``."""
-        length = keys.shape[2]
-        self.k[:, slot, :, :length] = keys
-        self.v[:, slot, :, :length] = values
+    @property
+    def bytes(self) -> int:
+        """Memory the cache holds now (keys and values of every allocated block)."""
+        return 0 if self.k is None else self.k.shape[1] * self.block_bytes
 
-    def move(self, source: int, target: int, length: int) -> None:
-        """Copy the first ``length`` positions of ``source`` into ``target``."""
-        self.k[:, target, :, :length] = self.k[:, source, :, :length]
-        self.v[:, target, :, :length] = self.v[:, source, :, :length]
+    @property
+    def held_blocks(self) -> int:
+        """Blocks some sequence holds now (the scratch block not counted)."""
+        return self.blocks.in_use - 1
+
+    @property
+    def available(self) -> int:
+        """Blocks a sequence could still get: free, cached, or by growing to the limit."""
+        return self.blocks.available + self.limit - self.k.shape[1]
+
+    def _resize(self, total: int) -> None:
+        """Hold ``total`` blocks (scratch included), keeping what the old ones hold."""
+        shape = (self.layers, total, self.block_size, self.kv_heads, self.head_dim)
+        k = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        v = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        if self.k is not None:
+            k[:, : self.k.shape[1]] = self.k
+            v[:, : self.v.shape[1]] = self.v
+        self.k, self.v = k, v
+        if self.blocks.capacity == 0:
+            self.blocks.grow(total)
+            self.blocks.free.remove(0)  # scratch
+            self.blocks.refs[0] = 1
+        else:
+            self.blocks.grow(total)
+
+    # -- blocks ---------------------------------------------------------------------------
+
+    def allocate(self, count: int) -> list[int] | None:
+        """``count`` blocks for one table, growing the tensors if need be; None (and
+        nothing taken) when the budget has no room for them."""
+        if count > self.available:
+            return None
+        short = count - self.blocks.available
+        if short > 0:
+            total = self.k.shape[1]
+            self._resize(min(self.limit, total + max(short, total // 16)))
+        taken = [self.blocks.allocate() for _ in range(count)]
+        self.peak_blocks = max(self.peak_blocks, self.held_blocks)
+        return taken
+
+    def copy_block(self, source: int, target: int) -> None:
+        """Copy-on-write: ``target`` gets ``source``'s keys and values (every layer)."""
+        self.k[:, target] = self.k[:, source]
+        self.v[:, target] = self.v[:, source]
+
+    def slots(self, table: list[int], start: int, end: int) -> list[int]:
+        """Flat cache rows (block * block_size + offset) of positions [start, end)."""
+        size = self.block_size
+        return [table[p // size] * size + p % size for p in range(start, end)]
+
+    def table_tensor(self, tables: list[list[int]], width: int | None = None) -> Tensor:
+        """Block tables (B, width), padded with the scratch block."""
+        width = width or max(len(t) for t in tables)
+        rows = [t + [0] * (width - len(t)) for t in tables]
+        return torch.tensor(rows, dtype=torch.long, device=self.device)

@@ -1,15 +1,19 @@
-"""The native engine's running batch: requests from any number of callers share it.
+"""The native engine's running batch over a paged KV cache: requests from any number of
+callers share it.
 
-``step`` = admit, then one decode step. Admission moves waiting samples into free cache slots:
-each prompt is prefilled once, however many samples it has, and its keys and values copied
-into each sample's slot; every admitted sample draws its first token from the prompt's logits.
-A decode step advances every running sequence by one token. A sequence that finishes frees its
-slot at once (the last running sequence moves into it, so running sequences always occupy
-slots [0, B)), and the next step admits whatever arrived in the meantime: requests join a
-batch already in flight, from whichever caller sent them.
+``step`` = admit, then one decode step.
 
-Per-slot buffers are ``max_model_len`` wide (a response never outgrows its slot): token ids
-(int64), log-probs (float32) and the weight version of each token (int32).
+- **Admission** (``Admission``) takes waiting prefill jobs while the batch has seats and the
+  cache has blocks: a new request's prompt is prefilled once, however many samples it has
+  (they share its full blocks and each copies the partial last one), and only the part of it
+  not already in the prefix cache is computed, so an agent's next turn prefills just its new
+  tokens. Every admitted sample draws its first token from its prompt's logits.
+- **Decode** advances every running sequence by one token. A sequence that reaches a block
+  boundary gets a new block first; when none is left, the most recently admitted sequence is
+  preempted: its blocks go back (its full ones stay in the prefix cache), and it waits at the
+  head of the queue to be prefilled again, tokens so far kept.
+- A sequence that finishes frees its seat and blocks at once, and the next step admits
+  whatever arrived in the meantime, from whichever caller sent it.
 
 A failure fails the requests it concerns and no others: a prefill that raises fails the
 prompts in it (a batch of several is retried one prompt at a time first, so one bad prompt
@@ -18,108 +22,98 @@ half written. Their samples finish with finish_reason "error" and ``request.erro
 exception propagates to whoever called ``step``, and the scheduler serves the rest.
 """
 
-import math
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from ascent.rollout.kv_cache import SlotCache
+from ascent.rollout.admission import Admission
+from ascent.rollout.kv_blocks import block_hash
+from ascent.rollout.kv_cache import PagedKVCache
 from ascent.rollout.requests import EngineRequest
 from ascent.rollout.sampling import sample
+from ascent.rollout.sequence import PrefillJob, Running
 from ascent.rollout.types import Sample
 
-Prefill = Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]  # (ids, lengths) -> l, k, v
-Decode = Callable[[Tensor, Tensor], Tensor]  # (tokens (B,), positions (B,)) -> logits (B, V)
-
-
-@dataclass
-class _Prefix:
-    """A prefilled prompt waiting for its samples to get slots."""
-
-    keys: Tensor  # (layers, kv_heads, length, head_dim)
-    values: Tensor
-    logits: Tensor  # (V,) of the prompt's last token
-    remaining: int
+# (tokens (B,), positions (B,), tables (B, nb), slots (B,)) -> logits (B, V)
+Decode = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
 class Scheduler:
-    """The running batch over ``cache``'s slots. It is given what it uses: ``prefill``
-    (prompts -> last logits, keys, values), ``decode`` (one step of the running slots), the
+    """The running batch over ``cache``'s blocks. It is given what it uses: ``prefill``
+    (a ``PrefillChunk`` -> last logits), ``decode`` (one step of the running rows), the
     limits, the default random stream, a tokenizer for stop strings, and ``weight_version``,
     which the engine sets on each refresh and every token records."""
 
     def __init__(
         self,
-        cache: SlotCache,
-        prefill: Prefill,
+        cache: PagedKVCache,
+        prefill: Callable,
         decode: Decode,
         *,
+        max_num_seqs: int,
         max_model_len: int,
         max_prefill_tokens: int,
         generator: torch.Generator,
         tokenizer: object | None,
     ) -> None:
-        self.cache, self.prefill_model, self.decode_model = cache, prefill, decode
-        self.max_model_len, self.max_prefill_tokens = max_model_len, max_prefill_tokens
+        self.cache, self.decode_model = cache, decode
+        self.max_num_seqs, self.max_model_len = max_num_seqs, max_model_len
         self.generator, self.tokenizer = generator, tokenizer
-        self.weight_version = 0
-        slots, width, device = cache.slots, max_model_len, cache.device
-        self.device = device
-        self.tokens = torch.zeros(slots, width, dtype=torch.long, device=device)
-        self.log_probs = torch.zeros(slots, width, dtype=torch.float32, device=device)
-        self.versions = torch.zeros(slots, width, dtype=torch.int32, device=device)
-        self.last = torch.zeros(slots, dtype=torch.long, device=device)
-        self.position = torch.zeros(slots, dtype=torch.long, device=device)  # next cache write
-        self.length = torch.zeros(slots, dtype=torch.long, device=device)  # tokens generated
-        self.limit = torch.zeros(slots, dtype=torch.long, device=device)  # length at which it ends
-        self.prompt_length = torch.zeros(slots, dtype=torch.long, device=device)
-        self.stop_table = torch.full((slots, 1), -1, dtype=torch.long, device=device)
-        self.rows: list[tuple[EngineRequest, int]] = []  # per running slot: request, sample index
-        self.pending: deque[EngineRequest] = deque()  # not prefilled yet
-        self.waiting: deque[tuple[EngineRequest, int]] = deque()  # prefilled, no slot yet
-        self.prefixes: dict[int, _Prefix] = {}  # id(request) -> its prefill
+        self.device = cache.device
+        self._version = 0
+        self.rows: list[Running] = []
+        self.waiting: deque[PrefillJob] = deque()
+        self.admission = Admission(cache, prefill, max_prefill_tokens, max_model_len)
+        self.preemptions = 0  # sequences sent back to the queue for want of blocks
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    @weight_version.setter
+    def weight_version(self, version: int) -> None:
+        if version != self._version:  # keys and values cached from other weights are stale
+            self.cache.blocks.forget_prefixes()
+        self._version = version
 
     # -- requests -----------------------------------------------------------------------
 
     def add(self, request: EngineRequest) -> None:
-        self.pending.append(request)
+        self.waiting.append(PrefillJob(request, list(range(request.params.n))))
 
     def has_work(self) -> bool:
-        return bool(self.pending or self.waiting or self.rows)
+        return bool(self.waiting or self.rows)
 
     @property
     def running(self) -> int:
         return len(self.rows)
 
+    def generated_lengths(self) -> list[int]:
+        """Tokens generated so far by each running sequence."""
+        return [len(row.log_probs) for row in self.rows]
+
     def abort(self, request: EngineRequest, reason: str = "abort") -> None:
         """Finish every sample of ``request`` now (finish_reason ``reason``, the tokens so
         far); samples not started yet finish empty."""
         request.aborted = True
-        if request in self.pending:
-            self.pending.remove(request)
-            self._finish_unstarted(request, range(request.params.n), reason)
-            return
-        for slot in reversed(range(len(self.rows))):
-            if self.rows[slot][0] is request:
-                self._retire(slot, reason)
-        for entry in [w for w in self.waiting if w[0] is request]:
-            self.waiting.remove(entry)
-            self._finish_unstarted(request, [entry[1]], reason)
-        self.prefixes.pop(id(request), None)
+        for index in reversed(range(len(self.rows))):
+            if self.rows[index].request is request:
+                self._retire(index, reason)
+        for job in [j for j in self.waiting if j.request is request]:
+            self.waiting.remove(job)
+            if job.resume is not None:
+                request.on_sample(self._sample_of(job.resume, reason))
+            for sample_index in job.samples:
+                request.on_sample(self._unstarted(request, sample_index, reason))
 
     def fail(self, requests: list[EngineRequest], error: Exception) -> None:
         """Finish ``requests`` with ``error`` (finish_reason "error"), wherever they are."""
         for request in dict.fromkeys(requests):  # once each, in order
             request.error = error
             self.abort(request, "error")
-
-    def _finish_unstarted(self, request: EngineRequest, samples: object, reason: str) -> None:
-        for sample_index in samples:
-            request.on_sample(self._sample_of(request, sample_index, [], [], [], reason))
 
     # -- one step -----------------------------------------------------------------------
 
@@ -128,10 +122,9 @@ class Scheduler:
         the requests it concerned (see the module's docstring) and propagates."""
         self._admit()
         if self.rows:
-            running = len(self.rows)
             with self._running_batch_fails():
-                logits = self.decode_model(self.last[:running], self.position[:running])
-                self._record(torch.arange(running, device=self.device), logits)
+                self._reserve_blocks()
+                self._decode()
 
     @contextmanager
     def _running_batch_fails(self) -> Iterator[None]:
@@ -140,196 +133,140 @@ class Scheduler:
         try:
             yield
         except Exception as error:
-            self.fail([request for request, _ in self.rows], error)
+            self.fail([row.request for row in self.rows], error)
             raise
 
     def _admit(self) -> None:
-        """Move waiting samples into free slots (prefilling prompts as needed) and draw their
-        first tokens; a failed prefill is raised once the others are admitted."""
-        slots, first = self.cache.slots, len(self.rows)
-        logits, failure = [], None
-        while len(self.rows) < slots and (self.waiting or self.pending):
-            if not self.waiting:
-                error = self._prefill(
-                    math.ceil((slots - len(self.rows)) / self.pending[0].params.n)
-                )
-                failure = failure or error
-                continue  # every prompt it took may have failed
-            request, sample_index = self.waiting.popleft()
-            prefix = self.prefixes[id(request)]
-            slot = len(self.rows)
-            self.cache.write_prefix(slot, prefix.keys, prefix.values)
-            self._start_slot(slot, request)
-            self.rows.append((request, sample_index))
-            logits.append(prefix.logits)
-            prefix.remaining -= 1
-            if prefix.remaining == 0:
-                del self.prefixes[id(request)]
-        if logits:  # every admitted sample draws its first token from its prompt's logits
-            rows = torch.arange(first, len(self.rows), device=self.device)
+        """Prefill waiting jobs into free seats and draw their first tokens; a failed
+        prefill is raised once the others are admitted."""
+        first = len(self.rows)
+        admitted, failure = self.admission.admit(
+            self.waiting, self.max_num_seqs - len(self.rows), self.fail
+        )
+        logits = []
+        for row, row_logits in admitted:
+            self.rows.append(row)
+            logits.append(row_logits)
+        if logits:
+            rows = list(range(first, len(self.rows)))
             with self._running_batch_fails():
                 self._record(rows, torch.stack(logits))
         if failure is not None:
             raise failure
 
-    def _start_slot(self, slot: int, request: EngineRequest) -> None:
-        prompt_length = len(request.prompt)
-        self.prompt_length[slot] = prompt_length
-        self.length[slot] = 0  # the slot may still hold a retired sequence's count
-        room = self.max_model_len - prompt_length
-        self.limit[slot] = min(request.params.max_new_tokens, room)
-        stop_ids = request.params.stop_token_ids
-        if len(stop_ids) > self.stop_table.shape[1]:
-            wider = torch.full_like(self.stop_table[:, :1], -1).repeat(1, len(stop_ids))
-            wider[:, : self.stop_table.shape[1]] = self.stop_table
-            self.stop_table = wider
-        self.stop_table[slot] = -1
-        if stop_ids:
-            self.stop_table[slot, : len(stop_ids)] = torch.tensor(stop_ids)
+    def _reserve_blocks(self) -> None:
+        """Give each row whose next write starts a block a new one, preempting the most
+        recently admitted rows while none is left."""
+        size = self.cache.block_size
+        index = 0
+        while index < len(self.rows):
+            row = self.rows[index]
+            if row.cached // size == len(row.blocks):
+                got = self.cache.allocate(1)
+                if got is None:
+                    self._preempt(len(self.rows) - 1)
+                    continue  # the same row again (or, if it was the one preempted, done)
+                row.blocks.extend(got)
+            index += 1
 
-    def _prefill(self, count: int) -> Exception | None:
-        """Prefill up to ``count`` pending prompts (within the prefill token budget). If that
-        raises, each prompt is tried alone, and those that fail alone fail; returns the
-        first such error. A prompt leaves ``pending`` once prefilled or failed."""
-        chosen, tokens = [], 0
-        for request in self.pending:
-            if len(chosen) == max(count, 1):
-                break
-            if chosen and tokens + len(request.prompt) > self.max_prefill_tokens:
-                break
-            chosen.append(request)
-            tokens += len(request.prompt)
-        try:
-            self._prefill_together(chosen)
-        except Exception:
-            return self._prefill_alone(chosen)
-        for _ in chosen:
-            self.pending.popleft()
-        return None
+    def _preempt(self, index: int) -> None:
+        row = self.rows.pop(index)
+        self.cache.blocks.release(row.blocks)
+        row.blocks, row.cached, row.names = [], 0, []
+        self.waiting.appendleft(PrefillJob(row.request, [], resume=row))
+        self.preemptions += 1
 
-    def _prefill_alone(self, chosen: list[EngineRequest]) -> Exception | None:
-        first_error = None
-        for request in chosen:
-            try:
-                self._prefill_together([request])
-            except Exception as error:
-                self.fail([request], error)
-                first_error = first_error or error
-            else:
-                self.pending.remove(request)
-        return first_error
-
-    def _prefill_together(self, chosen: list[EngineRequest]) -> None:
+    def _decode(self) -> None:
+        cache, size = self.cache, self.cache.block_size
+        positions = [row.cached for row in self.rows]
+        slots = [
+            row.blocks[p // size] * size + p % size
+            for row, p in zip(self.rows, positions, strict=True)
+        ]
         device = self.device
-        lengths = torch.tensor([len(r.prompt) for r in chosen], device=device)
-        ids = torch.zeros(len(chosen), int(lengths.max()), dtype=torch.long, device=device)
-        for row, request in enumerate(chosen):
-            ids[row, : lengths[row]] = torch.tensor(request.prompt, device=device)
-        logits, keys, values = self.prefill_model(ids, lengths)
-        for row, request in enumerate(chosen):
-            length = int(lengths[row])
-            self.prefixes[id(request)] = _Prefix(
-                keys[:, row, :, :length], values[:, row, :, :length], logits[row], request.params.n
-            )
-            self.waiting.extend((request, s) for s in range(request.params.n))
+        logits = self.decode_model(
+            torch.tensor([row.tokens[-1] for row in self.rows], device=device),
+            torch.tensor(positions, device=device),
+            cache.table_tensor([row.blocks for row in self.rows]),
+            torch.tensor(slots, device=device),
+        )
+        for row in self.rows:
+            row.cached += 1
+            if row.cached % size == 0:  # a block just filled: name it for the prefix cache
+                parent = row.names[-1] if row.names else cache.blocks.root
+                name = block_hash(parent, row.tokens[row.cached - size : row.cached])
+                row.names.append(name)
+                cache.blocks.register(row.blocks[row.cached // size - 1], name)
+        self._record(list(range(len(self.rows))), logits)
 
     # -- sampling and finishing -----------------------------------------------------------
 
-    def _sample(self, rows: Tensor, row_list: list[int], logits: Tensor) -> tuple[Tensor, Tensor]:
+    def _sample(self, rows: list[int], logits: Tensor) -> tuple[Tensor, Tensor]:
         """One batched draw per group of rows sharing sampling settings and random stream
         (a single group in the common case: one caller, or callers with default settings)."""
         default = self.generator
-        requests = [self.rows[r][0] for r in row_list]
+        requests = [self.rows[r].request for r in rows]
         keys = [r.sampling_key(default) for r in requests]
         if len(set(keys)) == 1:
             return sample(logits, requests[0].params, requests[0].generator or default)
         tokens = torch.empty(len(keys), dtype=torch.long, device=logits.device)
         log_probs = torch.empty(len(keys), dtype=torch.float32, device=logits.device)
         for key in dict.fromkeys(keys):
-            index = torch.tensor([i for i, k in enumerate(keys) if k == key], device=rows.device)
+            index = torch.tensor([i for i, k in enumerate(keys) if k == key], device=self.device)
             first = requests[int(index[0])]
             tokens[index], log_probs[index] = sample(
                 logits[index], first.params, first.generator or default
             )
         return tokens, log_probs
 
-    def _record(self, rows: Tensor, logits: Tensor) -> None:
+    def _record(self, rows: list[int], logits: Tensor) -> None:
         """Sample a token for ``rows`` from ``logits``, store it, retire finished rows."""
-        row_list = rows.tolist()
-        tokens, log_probs = self._sample(rows, row_list, logits)
-        length = self.length[rows]
-        self.tokens[rows, length] = tokens
-        self.log_probs[rows, length] = log_probs
-        self.versions[rows, length] = self.weight_version
-        prompt_lengths = self.prompt_length[rows]
-        self.position[rows] = torch.where(length == 0, prompt_lengths, self.position[rows] + 1)
-        self.length[rows] = length + 1
-        self.last[rows] = tokens
-        stopped = (tokens[:, None] == self.stop_table[rows]).any(-1)
-        finished = stopped | (length + 1 >= self.limit[rows])
-        reasons = {int(r): "stop" for r in rows[stopped].tolist()}
-        streaming = [i for i, r in enumerate(row_list) if self.rows[r][0].on_token is not None]
-        if streaming:
-            token_list, log_prob_list = tokens.tolist(), log_probs.tolist()
-            for i in streaming:
-                request, sample_index = self.rows[row_list[i]]
-                request.on_token(sample_index, token_list[i], log_prob_list[i], self.weight_version)
-        string_rows = [r for r in row_list if self.rows[r][0].params.stop]
-        if string_rows:
-            open_rows = set(rows[~finished].tolist())
-            for r in string_rows:
-                if r in open_rows and self._hits_stop_string(r):
-                    reasons[r] = "stop"
-            finished = finished | torch.tensor([r in reasons for r in row_list], device=rows.device)
-        for slot in sorted(rows[finished].tolist(), reverse=True):
-            self._retire(slot, reasons.get(slot, "length"))
+        tokens, log_probs = self._sample(rows, logits)
+        token_list, log_prob_list = tokens.tolist(), log_probs.tolist()
+        version = self.weight_version
+        finished: dict[int, str] = {}
+        for index, token, log_prob in zip(rows, token_list, log_prob_list, strict=True):
+            row = self.rows[index]
+            row.tokens.append(token)
+            row.log_probs.append(log_prob)
+            row.versions.append(version)
+            params = row.request.params
+            if row.request.on_token is not None:
+                row.request.on_token(row.sample_index, token, log_prob, version)
+            if token in params.stop_token_ids:
+                finished[index] = "stop"
+            elif len(row.log_probs) >= row.limit:
+                finished[index] = "length"
+            elif params.stop and self._hits_stop_string(row):
+                finished[index] = "stop"
+        for index in sorted(finished, reverse=True):
+            self._retire(index, finished[index])
 
-    def _hits_stop_string(self, slot: int) -> bool:
-        stops = self.rows[slot][0].params.stop
-        count = int(self.length[slot])
+    def _hits_stop_string(self, row: Running) -> bool:
+        stops = row.request.params.stop
         tail = max(len(s) for s in stops) + 8  # tokens are at least one character
-        ids = self.tokens[slot, max(0, count - tail) : count].tolist()
+        ids = row.generated[-tail:]
         # Special tokens are not text (as in vLLM): "<|endoftext|>" does not contain "e".
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return any(stop in text for stop in stops)
 
-    def _sample_of(
-        self,
-        request: EngineRequest,
-        sample_index: int,
-        token_ids: list[int],
-        log_probs: list[float],
-        versions: list[int],
-        reason: str,
-    ) -> Sample:
+    def _unstarted(self, request: EngineRequest, sample_index: int, reason: str) -> Sample:
+        row = Running(request, sample_index, len(request.prompt), 0, list(request.prompt))
+        return self._sample_of(row, reason)
+
+    def _sample_of(self, row: Running, reason: str) -> Sample:
         return Sample(
-            prompt_index=request.index,
-            sample_index=sample_index,
-            token_ids=token_ids,
-            log_probs=log_probs if request.params.logprobs else None,
+            prompt_index=row.request.index,
+            sample_index=row.sample_index,
+            token_ids=row.generated,
+            log_probs=row.log_probs if row.request.params.logprobs else None,
             finish_reason=reason,
-            weight_version=versions[-1] if versions else self.weight_version,
-            weight_versions=versions,
+            weight_version=row.versions[-1] if row.versions else self.weight_version,
+            weight_versions=row.versions,
         )
 
-    def _retire(self, slot: int, reason: str) -> None:
-        request, sample_index = self.rows[slot]
-        count = int(self.length[slot])
-        request.on_sample(
-            self._sample_of(
-                request,
-                sample_index,
-                self.tokens[slot, :count].tolist(),
-                self.log_probs[slot, :count].tolist(),
-                self.versions[slot, :count].tolist(),
-                reason,
-            )
-        )
-        last = len(self.rows) - 1
-        if slot != last:  # keep running sequences in slots [0, B): move the last one here
-            self.cache.move(last, slot, int(self.position[last]))
-            buffers = (self.tokens, self.log_probs, self.versions, self.last, self.position)
-            for buffer in (*buffers, self.length, self.limit, self.prompt_length, self.stop_table):
-                buffer[slot] = buffer[last]
-            self.rows[slot] = self.rows[last]
-        self.rows.pop()
+    def _retire(self, index: int, reason: str) -> None:
+        row = self.rows.pop(index)
+        self.cache.blocks.release(row.blocks)
+        row.blocks = []
+        row.request.on_sample(self._sample_of(row, reason))

@@ -1,0 +1,120 @@
+"""The paged KV cache: block bookkeeping, samples sharing their prompt's blocks, a later turn
+reusing the blocks of its context, memory that follows the live tokens, and preemption."""
+
+import pytest
+import torch
+
+from ascent.models import load_causal_lm
+from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout.kv_blocks import BlockAllocator
+from ascent.rollout.requests import EngineRequest
+
+GREEDY = SamplingParams(temperature=0, max_new_tokens=9)
+
+
+def random_prompts(lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 250, (n,), generator=g).tolist() for n in lengths]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model):
+    return load_causal_lm(tiny_model)
+
+
+def test_blocks_are_shared_released_cached_and_evicted_oldest_first():
+    blocks = BlockAllocator(block_size=2, capacity=4, limit=4)
+    a, b = blocks.allocate(), blocks.allocate()
+    found, names = blocks.lookup([1, 2, 3, 4, 5], max_blocks=2)
+    assert found == [] and len(names) == 2  # two full blocks of 2 in five tokens
+    blocks.register(a, names[0])
+    blocks.register(b, names[1])
+    blocks.share(a)  # a second sample holds the first block
+    blocks.release([a, b])
+    assert blocks.refs[a] == 1 and blocks.in_use == 1 and list(blocks.cached) == [b]
+    assert blocks.lookup([1, 2, 3, 4, 9], max_blocks=2)[0] == [a, b]
+    assert blocks.lookup([1, 2, 7, 4], max_blocks=2)[0] == [a], "a name is the whole prefix"
+    assert blocks.lookup([9, 9, 3, 4], max_blocks=2)[0] == []
+    blocks.release([a])
+    assert list(blocks.cached) == [b, a]
+    c, d = blocks.allocate(), blocks.allocate()  # the two never used
+    assert {c, d}.isdisjoint({a, b})
+    assert blocks.allocate() == b, "the least recently released cached block goes first"
+    assert blocks.lookup([1, 2, 3, 4], max_blocks=2)[0] == [a]
+    assert blocks.allocate() == a and blocks.allocate() is None
+    blocks.release([a])
+    blocks.forget_prefixes()
+    assert blocks.lookup([1, 2, 3, 4], max_blocks=2)[0] == [] and blocks.available == 1
+
+
+def test_the_samples_of_a_prompt_share_its_full_blocks(model):
+    engine = NativeEngine(model, max_num_seqs=8, max_model_len=128)
+    sampled = SamplingParams(n=8, temperature=1.0, max_new_tokens=8, seed=0)
+    engine.generate(random_prompts([40]), sampled)
+    # 40 tokens: 2 full blocks of 16, shared, and the partial third copied per sample; the
+    # 8 new tokens stay in it (positions 40-47; the last token is never written).
+    assert engine.cache.peak_blocks == 2 + 8
+    assert engine.scheduler.admission.prefilled_tokens == 40
+
+
+def test_a_later_turn_prefills_only_its_new_tokens(model, tiny_model):
+    engine = NativeEngine(model, max_num_seqs=4, max_model_len=128)
+    admission = engine.scheduler.admission
+    prompt = random_prompts([40])[0]
+    response = engine.generate([prompt], GREEDY)[0].token_ids
+    # Positions 0-47 are cached (the 9th token is never written): three full blocks.
+    next_turn = prompt + response + random_prompts([20], seed=1)[0]
+    before = admission.prefilled_tokens
+    reused = engine.generate([next_turn], GREEDY)[0]
+    assert admission.prefilled_tokens - before == len(next_turn) - 48
+    assert admission.reused_tokens == 48
+    fresh = NativeEngine(load_causal_lm(tiny_model), max_num_seqs=4, max_model_len=128)
+    expected = fresh.generate([next_turn], GREEDY)[0]
+    assert reused.token_ids == expected.token_ids
+    assert max(abs(a - b) for a, b in zip(reused.log_probs, expected.log_probs)) < 1e-4
+
+
+def test_new_weights_make_the_cached_prefixes_stale(model):
+    engine = NativeEngine(model, max_num_seqs=4, max_model_len=128)
+    prompt = random_prompts([40])[0]
+    engine.generate([prompt], GREEDY)
+    engine.generate([prompt], GREEDY)
+    assert engine.scheduler.admission.reused_tokens == 32
+    engine.load_weights(model.named_parameters())
+    engine.generate([prompt], GREEDY)
+    assert engine.scheduler.admission.reused_tokens == 32, "nothing reused after the refresh"
+
+
+def test_memory_follows_the_live_tokens_not_max_model_len(model):
+    prompts = random_prompts([20, 35, 50, 12, 64, 30, 41, 27])
+    sampled = SamplingParams(n=2, temperature=1.0, max_new_tokens=48, seed=3)
+    figures = []
+    for max_model_len in (256, 8192):
+        engine = NativeEngine(model, max_num_seqs=16, max_model_len=max_model_len)
+        samples = engine.generate(prompts, sampled)
+        cache = engine.cache
+        figures.append((cache.bytes, cache.peak_blocks, [s.token_ids for s in samples]))
+        held = cache.bytes // cache.block_bytes
+        assert held <= max(16 + 1, (cache.peak_blocks + 1) * 17 // 16 + 1)
+    assert figures[0] == figures[1]
+
+
+def test_a_preempted_sequence_that_is_aborted_returns_its_tokens(model):
+    per_block = model.config.num_hidden_layers * 2 * 2 * 16 * 16 * 4
+    engine = NativeEngine(model, max_num_seqs=4, max_model_len=64, kv_cache_bytes=6 * per_block)
+    done = []
+    requests = [
+        EngineRequest(prompt, SamplingParams(temperature=0, max_new_tokens=60), done.append)
+        for prompt in random_prompts([3, 3, 3])
+    ]
+    for request in requests:
+        engine.add_request(request)
+    while engine.scheduler.preemptions == 0:
+        engine.step()
+    waiting = next(job for job in engine.scheduler.waiting if job.resume is not None)
+    generated = list(waiting.resume.generated)
+    engine.abort(waiting.request)
+    assert done[-1].token_ids == generated and done[-1].finish_reason == "abort"
+    while engine.has_work():
+        engine.step()
+    assert len(done) == 3 and engine.cache.held_blocks == 0

@@ -4,10 +4,13 @@ sandbox's calls/s: one model, one run, interleaved repeats (medians).
 Model: the quickstart's shape (Qwen2, hidden 128, 4 layers, byte vocabulary; about 1M
 parameters), random weights. Single-turn: --episodes prompts, each answered with
 --turns x --turn-tokens new tokens in one ``generate_batch`` call (EOS ignored). Agent loop:
---episodes episodes of --turns turns of --turn-tokens tokens each, a tool answering every
-turn with a short message (rendered and appended through the chat template), all episodes at
-once against the native backend (its step thread batches their turns). Both count generated
-tokens over the wall time; the agent loop also reports turns/s. Sandbox: --sandbox-calls
+--episodes episodes of --turns turns of exactly --turn-tokens tokens (``FixedTurns``), a tool
+answering every turn with a short message (rendered and appended through the chat template),
+all episodes at once against the native backend (its step thread batches their turns). Both
+count generated tokens over the wall time; the agent loop also reports turns/s, and per later
+turn the tokens prefilled against the tokens new to its context (what the prefix cache cannot
+hold). The engine's KV cache is reserved with room for every episode's conversation, so that
+episodes waiting for their tools keep their context cached. Sandbox: --sandbox-calls
 Python programs (``print(sum(range(1000)))``) through a pool of --sandbox-workers, and the
 same one at a time.
 
@@ -16,6 +19,7 @@ same one at a time.
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import statistics
 import tempfile
@@ -36,6 +40,7 @@ from ascent.sandbox.pool import SandboxPool
 from ascent.sandbox.run import run_python
 
 SLOTS = 64
+MAX_LEN = 4096  # the engine's memory follows the live tokens, not this
 
 
 class Calculator(Environment):
@@ -63,21 +68,67 @@ def single_turn(backend, tokenizer, episodes, tokens):
     return sum(len(s.token_ids) for s in samples) / (time.perf_counter() - start)
 
 
+def printable_only(model, tokenizer):
+    """The random model made to write printable ASCII only (its other output rows zeroed,
+    the printable ones scaled up, so their logits dwarf the zeroed rows' 0): its turns
+    decode and re-render to the same tokens, as a trained policy's do, so no episode drifts."""
+    printable = set(tokenizer.encode(bytes(range(33, 127)).decode(), add_special_tokens=False))
+    with torch.no_grad():
+        head = model.lm_head.weight
+        for token in range(head.shape[0]):
+            head[token] = head[token] * 40 if token in printable else 0
+    return model
+
+
+class FixedTurns:
+    """The backend, with a turn that reaches its token limit counted as ended by itself
+    (the loop ends an episode on a turn cut by length): every turn is exactly --turn-tokens
+    tokens, so the agent loop does the same generation work as single-turn."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    async def generate(self, token_ids, params):
+        out = await self.backend.generate(token_ids, params)
+        if out.finish_reason == "length":
+            out = dataclasses.replace(out, finish_reason="stop")
+        return out
+
+
 def agent_loop(backend, tokenizer, episodes, turns, tokens):
+    """tokens/s, turns/s, and per later turn: tokens prefilled, and tokens new to the
+    context (the tool message and headers the loop rendered, plus the previous turn's last
+    sampled token, which no decode step fed back)."""
     rows = [{"question": f"question {i}"} for i in range(episodes)]
+    admission = backend.engine.scheduler.admission
+    admission.log = log = []
     sampling = SamplingParams(temperature=1.0, max_new_tokens=tokens, seed=0, stop_token_ids=[])
-    limits = AgentLimits(max_turns=turns, max_response_tokens=turns * (tokens + 32))
+    limits = AgentLimits(
+        max_turns=turns, max_response_tokens=turns * (tokens + 64), max_model_len=MAX_LEN
+    )
 
     async def play():
         return await run_episodes(
-            backend, tokenizer, lambda row: Calculator(turns), rows, sampling, limits
+            FixedTurns(backend), tokenizer, lambda row: Calculator(turns), rows, sampling, limits
         )
 
     start = time.perf_counter()
     played = asyncio.run(play())
     seconds = time.perf_counter() - start
+    admission.log = None
     generated = sum(s.sampled_count for e in played for s in e.samples)
-    return generated / seconds, sum(e.turns for e in played) / seconds
+    all_turns = sum(e.turns for e in played)
+    first_prompt = max(len(s.prompt_ids) for e in played for s in e.samples)
+    later = [computed for context, computed in log if context > first_prompt]
+    rendered = sum(s.response_mask.count(0) for e in played for s in e.samples)
+    prefill = {
+        "later_turns": len(later),
+        "prefilled_per_later_turn": sum(later) / max(1, len(later)),
+        "new_per_later_turn": (rendered + len(later)) / max(1, len(later)),
+        "mean_turn_tokens": generated / all_turns,
+        "turns_per_episode": all_turns / len(played),
+    }
+    return generated / seconds, all_turns / seconds, prefill
 
 
 def sandbox(calls, workers):
@@ -113,9 +164,24 @@ def main():
         build_tiny_model(work / "model", hidden_size=128, layers=4, intermediate_size=512)
     )
     tokenizer = load_tokenizer(model_dir)
-    max_len = 64 + args.turns * (args.turn_tokens + 32)
+    model = printable_only(load_causal_lm(model_dir), tokenizer)
+    # A reserved cache keeps the contexts of episodes that wait for their tools (see
+    # PagedKVCache): room for every episode's whole conversation.
+    config = model.config
+    token_bytes = (
+        2
+        * config.num_hidden_layers
+        * config.num_key_value_heads
+        * 4
+        * (config.hidden_size // config.num_attention_heads)
+    )
+    context = 64 + args.turns * (args.turn_tokens + 64)
     engine = NativeEngine(
-        load_causal_lm(model_dir), max_num_seqs=SLOTS, max_model_len=max_len, tokenizer=tokenizer
+        model,
+        max_num_seqs=SLOTS,
+        max_model_len=MAX_LEN,
+        kv_cache_bytes=max(SLOTS, args.episodes) * context * token_bytes,
+        tokenizer=tokenizer,
     )
     backend = NativeBackend(engine, tokenizer)
     total = args.turns * args.turn_tokens
@@ -125,7 +191,7 @@ def main():
         single_turn(backend, tokenizer, 8, 4)
         for _ in range(args.repeats):
             runs["single"].append(single_turn(backend, tokenizer, args.episodes, total))
-            tokens, turns = agent_loop(
+            tokens, turns, prefill = agent_loop(
                 backend, tokenizer, args.episodes, args.turns, args.turn_tokens
             )
             runs["agent"].append(tokens)
@@ -145,6 +211,13 @@ def main():
     print(f"{'single-turn generate_batch':<28} {median['single']:>10.0f} {'':>9} {1:>14.2f}x")
     ratio = median["agent"] / median["single"]
     print(f"{'agent loop':<28} {median['agent']:>10.0f} {median['turns']:>9.1f} {ratio:>14.2f}x")
+    print(
+        f"\n{prefill['turns_per_episode']:.2f} turns per episode of "
+        f"{prefill['mean_turn_tokens']:.1f} sampled tokens (last repeat); "
+        f"later turns: {prefill['later_turns']}; per later turn "
+        f"{prefill['prefilled_per_later_turn']:.2f} tokens prefilled, "
+        f"{prefill['new_per_later_turn']:.2f} new to the context"
+    )
     print(f"\n{isolation().describe()}")
     print(f"{'sandbox':<28} {'calls/s':>10}")
     print(f"{f'pool of {args.sandbox_workers}':<28} {median['pooled']:>10.1f}")
@@ -159,6 +232,7 @@ def main():
             "isolation": isolation().describe(),
             "medians": median,
             "agent_vs_single": ratio,
+            "prefill": prefill,
             "runs": runs,
         }
         Path(args.json).write_text(json.dumps(figures, indent=1))

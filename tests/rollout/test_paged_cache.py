@@ -25,26 +25,27 @@ def model(tiny_model):
 def test_blocks_are_shared_released_cached_and_evicted_oldest_first():
     blocks = BlockAllocator(block_size=2, capacity=4, limit=4)
     a, b = blocks.allocate(), blocks.allocate()
-    found, names = blocks.lookup([1, 2, 3, 4, 5], max_blocks=2)
-    assert found == [] and len(names) == 2  # two full blocks of 2 in five tokens
+    prefix = blocks.lookup([1, 2, 3, 4, 5], max_tokens=4)
+    assert prefix.blocks == [] and len(prefix.names) == 2  # two full blocks of 2 in five tokens
+    names = prefix.names
     blocks.register(a, names[0])
     blocks.register(b, names[1])
     blocks.share(a)  # a second sample holds the first block
     blocks.release([a, b])
     assert blocks.refs[a] == 1 and blocks.in_use == 1 and list(blocks.cached) == [b]
-    assert blocks.lookup([1, 2, 3, 4, 9], max_blocks=2)[0] == [a, b]
-    assert blocks.lookup([1, 2, 7, 4], max_blocks=2)[0] == [a], "a name is the whole prefix"
-    assert blocks.lookup([9, 9, 3, 4], max_blocks=2)[0] == []
+    assert blocks.lookup([1, 2, 3, 4, 9], max_tokens=4).blocks == [a, b]
+    assert blocks.lookup([1, 2, 7, 4], max_tokens=4).blocks == [a], "a name is the whole prefix"
+    assert blocks.lookup([9, 9, 3, 4], max_tokens=4).blocks == []
     blocks.release([a])
     assert list(blocks.cached) == [b, a]
     c, d = blocks.allocate(), blocks.allocate()  # the two never used
     assert {c, d}.isdisjoint({a, b})
     assert blocks.allocate() == b, "the least recently released cached block goes first"
-    assert blocks.lookup([1, 2, 3, 4], max_blocks=2)[0] == [a]
+    assert blocks.lookup([1, 2, 3, 4], max_tokens=4).blocks == [a]
     assert blocks.allocate() == a and blocks.allocate() is None
     blocks.release([a])
     blocks.forget_prefixes()
-    assert blocks.lookup([1, 2, 3, 4], max_blocks=2)[0] == [] and blocks.available == 1
+    assert blocks.lookup([1, 2, 3, 4], max_tokens=4).blocks == [] and blocks.available == 1
 
 
 def test_the_samples_of_a_prompt_share_its_full_blocks(model):
@@ -71,7 +72,25 @@ def test_a_later_turn_prefills_only_its_new_tokens(model, tiny_model):
     fresh = NativeEngine(load_causal_lm(tiny_model), max_num_seqs=4, max_model_len=128)
     expected = fresh.generate([next_turn], GREEDY)[0]
     assert reused.token_ids == expected.token_ids
-    assert max(abs(a - b) for a, b in zip(reused.log_probs, expected.log_probs)) < 1e-4
+    assert max(abs(a - b) for a, b in zip(reused.log_probs, expected.log_probs, strict=True)) < 1e-4
+
+
+def test_a_turn_continues_from_the_partial_block_its_context_ended_in(model, tiny_model):
+    engine = NativeEngine(model, max_num_seqs=4, max_model_len=128)
+    admission = engine.scheduler.admission
+    prompt = random_prompts([40])[0]
+    short = SamplingParams(temperature=0, max_new_tokens=5)
+    response = engine.generate([prompt], short)[0].token_ids
+    # Positions 0-43 are cached: two full blocks, and 12 positions of the third.
+    next_turn = prompt + response + random_prompts([7], seed=2)[0]
+    before = admission.prefilled_tokens
+    reused = engine.generate([next_turn], GREEDY)[0]
+    assert admission.prefilled_tokens - before == len(next_turn) - 44 == 8
+    fresh = NativeEngine(load_causal_lm(tiny_model), max_num_seqs=4, max_model_len=128)
+    assert reused.token_ids == fresh.generate([next_turn], GREEDY)[0].token_ids
+    # The partial block was copied, not written: the first context is still found whole.
+    again = engine.generate([prompt + response[:4] + [1, 2, 3]], short)
+    assert admission.prefilled_tokens - before == 8 + 3 and len(again) == 1
 
 
 def test_new_weights_make_the_cached_prefixes_stale(model):
@@ -118,3 +137,28 @@ def test_a_preempted_sequence_that_is_aborted_returns_its_tokens(model):
     while engine.has_work():
         engine.step()
     assert len(done) == 3 and engine.cache.held_blocks == 0
+
+
+@pytest.mark.parametrize(
+    "heads,kv_heads,dim,threads", [(4, 2, 16, 1), (9, 3, 64, 2), (8, 8, 32, 1)]
+)
+def test_the_cpu_decode_kernel_equals_gathered_attention(heads, kv_heads, dim, threads):
+    from ascent.rollout import kernels, paged_attention
+
+    assert kernels.library() is not None, "a C compiler is part of the test machine"
+    g = torch.Generator().manual_seed(0)
+    block_size, blocks, batch = 16, 40, 5
+    k_pool = torch.randn(blocks, kv_heads, block_size, dim, generator=g)
+    v_pool = torch.randn(blocks, kv_heads, block_size, dim, generator=g)
+    tables = torch.randperm(blocks, generator=g)[: batch * 6].view(batch, 6)
+    positions = torch.tensor([0, 15, 16, 57, 95])[:, None]  # block edges; the whole table
+    q = torch.randn(batch, heads, 1, dim, generator=g)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = kernels.paged_decode(q, k_pool, v_pool, tables, positions[:, 0])
+    finally:
+        torch.set_num_threads(before)
+    expected = paged_attention.attend_gathered(q, k_pool, v_pool, tables, positions)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert kernels.paged_decode(q.double(), k_pool, v_pool, tables, positions[:, 0]) is None

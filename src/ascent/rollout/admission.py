@@ -48,6 +48,7 @@ class Admission:
         self.max_prefill_tokens, self.max_model_len = max_prefill_tokens, max_model_len
         self.prefilled_tokens = 0  # positions computed by prefill (cached ones excluded)
         self.reused_tokens = 0  # positions taken from the prefix cache instead
+        self.log: list[tuple[int, int]] | None = None  # a list: (context, computed) per job
 
     def admit(
         self, waiting: deque[PrefillJob], seats: int, fail: Callable
@@ -80,18 +81,24 @@ class Admission:
             job = waiting[0]
             tokens = job.tokens
             count = min(job.seats, seats)
-            found, names = cache.blocks.lookup(tokens, (len(tokens) - 1) // size)
-            start = len(found) * size
+            prefix = cache.blocks.lookup(tokens, len(tokens) - 1)  # compute one at least
+            found = prefix.blocks
+            start = len(found) * size + prefix.partial_length
             new_blocks = math.ceil(len(tokens) / size) - len(found)
             copies = count - 1 if len(tokens) % size else 0
-            revived = sum(cache.blocks.refs[b] == 0 for b in found)
+            kept = found + ([prefix.partial] if prefix.partial is not None else [])
+            revived = sum(cache.blocks.refs[b] == 0 for b in kept)
             if new_blocks + copies + count + revived > cache.available:
                 break  # wait for blocks (running sequences free them as they finish)
             if planned and len(tokens) - start > tokens_budget:
                 break
-            for block in found:
-                cache.blocks.share(block)
+            for block in kept:
+                cache.blocks.share(block)  # (the partial one: safe from eviction meanwhile)
             table = found + cache.allocate(new_blocks)
+            if prefix.partial is not None:  # copy-on-write: it stays as the cache has it
+                cache.copy_block(prefix.partial, table[len(found)])
+                cache.blocks.release([prefix.partial])
+            names = prefix.names
             samples = job.samples[:count]
             planned.append(Planned(job, samples, table, cache.allocate(copies), names, start))
             if job.resume is not None or count == job.seats:
@@ -150,6 +157,8 @@ class Admission:
             cache.blocks.register(plan.table[index], plan.names[index])
         self.prefilled_tokens += len(tokens) - plan.start
         self.reused_tokens += plan.start
+        if self.log is not None:
+            self.log.append((len(tokens), len(tokens) - plan.start))
         if plan.job.resume is not None:
             rows = [plan.job.resume]
             rows[0].blocks = plan.table
@@ -168,5 +177,5 @@ class Admission:
                         table[full] = copy
                 rows.append(Running(request, sample_index, len(tokens), limit, list(tokens), table))
         for row in rows:
-            row.cached, row.names = len(tokens), plan.names[:full]
+            row.cached, row.names, row.root = len(tokens), plan.names[:full], cache.blocks.root
         return rows

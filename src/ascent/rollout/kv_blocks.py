@@ -19,11 +19,24 @@ and the prefix index; the tensors are ``PagedKVCache``'s.
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 def block_hash(parent: int, tokens: Sequence[int]) -> int:
     """The name of a full block of ``tokens`` following the prefix named ``parent``."""
     return hash((parent, tuple(tokens)))
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """A lookup's answer: ``blocks`` hold its first len(blocks) * block_size positions;
+    ``partial`` (when not None) holds the next ``partial_length`` (it must be copied before
+    anything is written after them); ``names``: every full block of the tokens looked up."""
+
+    blocks: list[int]
+    names: list[int]
+    partial: int | None
+    partial_length: int
 
 
 class BlockAllocator:
@@ -87,26 +100,34 @@ class BlockAllocator:
     # -- the prefix index -------------------------------------------------------------------
 
     def register(self, block: int, name: int) -> None:
-        """``block`` now holds the full block named ``name`` (first writer wins)."""
+        """``block`` now holds the block named ``name`` (first writer wins): a full block,
+        or the partial last block of a finished sequence (``block_hash`` of its tokens)."""
         if name not in self.index and block not in self.hash_of:
             self.index[name] = block
             self.hash_of[block] = name
 
-    def lookup(self, tokens: Sequence[int], max_blocks: int) -> tuple[list[int], list[int]]:
-        """The indexed blocks of the longest prefix of ``tokens`` (at most ``max_blocks``),
-        and the chain of hashes of every full block of ``tokens`` (for registering later)."""
+    def lookup(self, tokens: Sequence[int], max_tokens: int) -> "Prefix":
+        """What the cache holds of the longest prefix of ``tokens`` (at most ``max_tokens``
+        positions): indexed full blocks, then possibly a partial block that a finished
+        sequence left (its first positions are the next tokens)."""
         size = self.block_size
         names, parent = [], self.root
         for start in range(0, len(tokens) - size + 1, size):
             parent = block_hash(parent, tokens[start : start + size])
             names.append(parent)
         found = []
-        for name in names[:max_blocks]:
+        for name in names[: max_tokens // size]:
             block = self.index.get(name)
             if block is None:
                 break
             found.append(block)
-        return found, names
+        start = len(found) * size
+        parent = names[len(found) - 1] if found else self.root
+        for length in range(min(size - 1, max_tokens - start), 0, -1):
+            block = self.index.get(block_hash(parent, tokens[start : start + length]))
+            if block is not None:
+                return Prefix(found, names, block, length)
+        return Prefix(found, names, None, 0)
 
     def forget_prefixes(self) -> None:
         """Drop the prefix index (the weights changed: cached keys and values are stale).

@@ -1,15 +1,21 @@
 """The paged KV cache: keys and values in fixed-size blocks, memory grown as tokens arrive.
 
-k and v are (layers, blocks, block_size, kv_heads, head_dim). Block 0 is scratch: padded
+k and v are (layers, blocks, kv_heads, block_size, head_dim). Block 0 is scratch: padded
 table entries point at it and padded rows of a captured decode step write into it, so it is
 never handed to a sequence. Blocks 1.. are ``BlockAllocator``'s (free, held, or cached).
 
-Memory: the tensors start with room for one block per sequence and grow (by the blocks
-asked for, at least 1/16 of what exists, so growth is rare and the excess small) up to the
-budget: ``memory_bytes``, or by default ``max_num_seqs`` sequences of ``max_len`` tokens,
-which a lazily grown cache only reaches if the sequences really are that long. So the memory
-held follows the tokens live at the busiest moment, whatever ``max_len`` is. ``sleep`` frees
-it all (training gets the memory back) and forgets the cached prefixes.
+Memory, two ways:
+
+- ``memory_bytes`` unset: the tensors start with room for one block per sequence and grow
+  (by the blocks asked for, at least 1/16 of what exists, so growth is rare and the excess
+  small) when no block is free; a cached prefix block is evicted before the tensors grow. So
+  the memory follows the tokens live at the busiest moment, whatever ``max_len`` is (it
+  could reach ``max_num_seqs`` sequences of ``max_len`` tokens only if they were that long).
+- ``memory_bytes`` set: that much is allocated at once (as vLLM reserves its cache), and
+  blocks that finished sequences leave stay cached until the space is needed: the budget to
+  give when contexts should outlive their requests (agent episodes waiting for a seat).
+
+``sleep`` frees it all (training gets the memory back) and forgets the cached prefixes.
 """
 
 import math
@@ -53,7 +59,7 @@ class PagedKVCache:
                 f"{max_len} tokens needs {needed} blocks of {self.block_bytes} bytes; raise "
                 "the budget or lower max_len"
             )
-        self.limit = limit
+        self.limit, self.reserved = limit, memory_bytes is not None
         self.k: Tensor | None = None
         self.v: Tensor | None = None
         self.blocks = BlockAllocator(block_size, capacity=0, limit=limit)
@@ -66,7 +72,7 @@ class PagedKVCache:
         """Allocate the cache (no-op when awake)."""
         if self.k is None:
             self.blocks = BlockAllocator(self.block_size, capacity=0, limit=self.limit)
-            self._resize(min(self.limit, self.max_seqs + 1))
+            self._resize(self.limit if self.reserved else min(self.limit, self.max_seqs + 1))
 
     def sleep(self) -> None:
         """Free the cache memory and its cached prefixes (``wake`` starts empty)."""
@@ -95,7 +101,7 @@ class PagedKVCache:
 
     def _resize(self, total: int) -> None:
         """Hold ``total`` blocks (scratch included), keeping what the old ones hold."""
-        shape = (self.layers, total, self.block_size, self.kv_heads, self.head_dim)
+        shape = (self.layers, total, self.kv_heads, self.block_size, self.head_dim)
         k = torch.zeros(shape, dtype=self.dtype, device=self.device)
         v = torch.zeros(shape, dtype=self.dtype, device=self.device)
         if self.k is not None:

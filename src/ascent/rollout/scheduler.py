@@ -171,7 +171,7 @@ class Scheduler:
 
     def _preempt(self, index: int) -> None:
         row = self.rows.pop(index)
-        self.cache.blocks.release(row.blocks)
+        self._let_go(row)
         row.blocks, row.cached, row.names = [], 0, []
         self.waiting.appendleft(PrefillJob(row.request, [], resume=row))
         self.preemptions += 1
@@ -193,7 +193,7 @@ class Scheduler:
         for row in self.rows:
             row.cached += 1
             if row.cached % size == 0:  # a block just filled: name it for the prefix cache
-                parent = row.names[-1] if row.names else cache.blocks.root
+                parent = row.names[-1] if row.names else row.root
                 name = block_hash(parent, row.tokens[row.cached - size : row.cached])
                 row.names.append(name)
                 cache.blocks.register(row.blocks[row.cached // size - 1], name)
@@ -267,6 +267,17 @@ class Scheduler:
 
     def _retire(self, index: int, reason: str) -> None:
         row = self.rows.pop(index)
-        self.cache.blocks.release(row.blocks)
+        self._let_go(row)
         row.blocks = []
         row.request.on_sample(self._sample_of(row, reason))
+
+    def _let_go(self, row: Running) -> None:
+        """Release a leaving row's blocks, its partial last one named first, so that a
+        continuation of its context (the next turn, or its own resumption) can copy it."""
+        size = self.cache.block_size
+        full, filled = divmod(row.cached, size)
+        if filled:
+            parent = row.names[-1] if row.names else row.root
+            name = block_hash(parent, row.tokens[full * size : row.cached])
+            self.cache.blocks.register(row.blocks[full], name)
+        self.cache.blocks.release(row.blocks)

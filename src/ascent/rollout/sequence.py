@@ -11,7 +11,8 @@ class Running:
 
     tokens: prompt + generated ids; the last one's keys and values are not cached yet (the
     next decode step feeds it). cached: positions whose keys and values are in ``blocks``
-    (the block table, in order). names: the prefix-index names of its full cached blocks.
+    (the block table, in order). names: the prefix-index names of its full cached blocks,
+    chained from ``root``.
     log_probs and versions: per generated token. limit: the generated length that ends it.
     """
 
@@ -23,6 +24,7 @@ class Running:
     blocks: list[int] = field(default_factory=list)
     cached: int = 0
     names: list[int] = field(default_factory=list)
+    root: int = 0  # the prefix index's root when its blocks were named
     log_probs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
 

@@ -190,7 +190,11 @@ def main():
         agent_loop(backend, tokenizer, 8, 2, 4)  # warm-up (and the step thread)
         single_turn(backend, tokenizer, 8, 4)
         for _ in range(args.repeats):
+            # Repeats replay the same seeded conversations: each run starts with nothing
+            # cached, or the second would find the first's whole context.
+            engine.reset_prefix_cache()
             runs["single"].append(single_turn(backend, tokenizer, args.episodes, total))
+            engine.reset_prefix_cache()
             tokens, turns, prefill = agent_loop(
                 backend, tokenizer, args.episodes, args.turns, args.turn_tokens
             )

@@ -142,7 +142,7 @@ def test_a_preempted_sequence_that_is_aborted_returns_its_tokens(model):
 @pytest.mark.parametrize(
     "heads,kv_heads,dim,threads", [(4, 2, 16, 1), (9, 3, 64, 2), (8, 8, 32, 1)]
 )
-def test_the_cpu_decode_kernel_equals_gathered_attention(heads, kv_heads, dim, threads):
+def test_the_cpu_attention_kernel_equals_gathered_attention(heads, kv_heads, dim, threads):
     from ascent.rollout import kernels, paged_attention
 
     assert kernels.library() is not None, "a C compiler is part of the test machine"
@@ -151,14 +151,17 @@ def test_the_cpu_decode_kernel_equals_gathered_attention(heads, kv_heads, dim, t
     k_pool = torch.randn(blocks, kv_heads, block_size, dim, generator=g)
     v_pool = torch.randn(blocks, kv_heads, block_size, dim, generator=g)
     tables = torch.randperm(blocks, generator=g)[: batch * 6].view(batch, 6)
-    positions = torch.tensor([0, 15, 16, 57, 95])[:, None]  # block edges; the whole table
-    q = torch.randn(batch, heads, 1, dim, generator=g)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        got = kernels.paged_decode(q, k_pool, v_pool, tables, positions[:, 0])
-    finally:
-        torch.set_num_threads(before)
-    expected = paged_attention.attend_gathered(q, k_pool, v_pool, tables, positions)
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
-    assert kernels.paged_decode(q.double(), k_pool, v_pool, tables, positions[:, 0]) is None
+    decode = torch.tensor([0, 15, 16, 57, 95])[:, None]  # block edges; the whole table
+    # A prefill of 40 tokens after 0-50 cached ones (two chunks of queries in the kernel).
+    prefill = torch.tensor([0, 5, 16, 40, 50])[:, None] + torch.arange(40)
+    for positions in (decode, prefill):
+        q = torch.randn(batch, heads, positions.shape[1], dim, generator=g)
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            got = kernels.paged_attention(q, k_pool, v_pool, tables, positions)
+        finally:
+            torch.set_num_threads(before)
+        expected = paged_attention.attend_gathered(q, k_pool, v_pool, tables, positions)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert kernels.paged_attention(q.double(), k_pool, v_pool, tables, positions) is None

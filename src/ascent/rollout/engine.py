@@ -130,6 +130,11 @@ class NativeEngine:
     def wake(self) -> None:
         self.cache.wake()
 
+    def reset_prefix_cache(self) -> None:
+        """Forget the cached prefixes (blocks no running sequence holds become free): the
+        next prompts compute everything, as after a weight refresh."""
+        self.cache.blocks.forget_prefixes()
+
     def load_weights(
         self,
         named_tensors: Iterable[tuple[str, Tensor]],

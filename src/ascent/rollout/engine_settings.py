@@ -23,9 +23,11 @@ from ascent.engine.config import ModelConfig, Strict
 GenerationDtype = Literal["auto", "float32", "bfloat16", "float16"]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 KV_CACHE_HELP = (
-    "KV cache budget per rank. native, serve: fewer slots than max_num_seqs if it binds (None: "
-    "max_num_seqs full-length slots). vllm: --kv-cache-memory-bytes (None: vLLM's own on a "
-    "GPU; on a CPU what max_num_seqs full-length sequences need, at least 64 MiB)."
+    "KV cache memory per rank. native, serve: reserved at start, and blocks that finished "
+    "sequences leave stay cached for reuse until it is full (then sequences wait, or are "
+    "preempted and computed again); None: grown with the live tokens, up to max_num_seqs "
+    "sequences of max_model_len. vllm: --kv-cache-memory-bytes (None: vLLM's own on a GPU; on "
+    "a CPU what max_num_seqs full-length sequences need, at least 64 MiB)."
 )
 
 
@@ -40,7 +42,7 @@ class EngineSettings(Strict):
     """One generation engine: the checkpoint it loads and the knobs it runs with."""
 
     model: ModelConfig = Field(description="Checkpoint of the initial weights (ModelConfig).")
-    max_num_seqs: int = Field(64, ge=1, description="Sequences decoded at once (cache slots).")
+    max_num_seqs: int = Field(64, ge=1, description="Sequences decoded at once.")
     max_model_len: int = Field(2048, ge=2, description="Prompt + response limit.")
     kv_cache_bytes: int | None = Field(None, gt=0, description=KV_CACHE_HELP)
     dtype: GenerationDtype = Field(

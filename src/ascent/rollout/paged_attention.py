@@ -6,8 +6,8 @@ table (B, nb) lists each row's blocks in order (padded with the scratch block 0)
 are (B, heads, T, D) at absolute positions ``positions`` (B, T). Query t of row b attends to
 the keys at positions 0..positions[b, t] of its row (its own included: written first).
 
-``attend`` runs a decode step (T = 1) of float32 on a CPU through the C kernel that reads
-the blocks in place (``ascent.rollout.kernels``); otherwise it gathers each row's blocks into
+``attend`` runs float32 on a CPU through the C kernel that reads the blocks in place
+(``ascent.rollout.kernels``); otherwise it gathers each row's blocks into
 a (B, kv_heads, nb * block_size, D) tensor and runs SDPA with that causal mask. Either way
 the work follows the blocks a row holds, not ``max_model_len``; grouped-query heads share
 their KV head (``enable_gqa``).
@@ -38,11 +38,15 @@ def gather(pool: Tensor, tables: Tensor) -> Tensor:
 
 
 def attend(q: Tensor, k_pool: Tensor, v_pool: Tensor, tables: Tensor, positions: Tensor) -> Tensor:
-    """(B, heads, T, D): softmax(q k^T / sqrt(D)) v over each row's positions <= the query's."""
-    if q.shape[2] == 1:
-        out = kernels.paged_decode(q, k_pool, v_pool, tables, positions[:, 0])
-        if out is not None:
-            return out
+    """(B, heads, T, D): softmax(q k^T / sqrt(D)) v over each row's positions <= the query's.
+
+    T > 1 is a prefill after cached context (an agent's next turn); its padded queries past
+    the table are clamped into it (their outputs are never read).
+    """
+    last = tables.shape[1] * k_pool.shape[2] - 1  # padded queries: kept inside the table
+    out = kernels.paged_attention(q, k_pool, v_pool, tables, positions.clamp(max=last))
+    if out is not None:
+        return out
     return attend_gathered(q, k_pool, v_pool, tables, positions)
 
 

@@ -18,9 +18,9 @@ class EngineRequest:
 
     on_sample: called once per sample when it finishes (on the thread running the engine).
     on_token: called for every sampled token (streaming); None when nobody streams.
-    generator: the random stream to sample from; requests sharing one (a seeded batch call)
-        sample together in one draw per step, which keeps a single caller's results
-        reproducible. None: the engine's own stream.
+    generator: the random stream its rows draw their uniforms from, one per row and step in
+        row order (requests of a seeded batch call share one), which keeps a seeded caller's
+        results reproducible. None: the engine's own stream.
     index: the ``prompt_index`` written into this request's samples.
     """
 
@@ -32,8 +32,3 @@ class EngineRequest:
     index: int = 0
     aborted: bool = field(default=False, init=False)
     error: BaseException | None = field(default=None, init=False)  # why the engine failed it
-
-    def sampling_key(self, default: torch.Generator | None) -> tuple:
-        """Rows with equal keys are sampled in one batched draw."""
-        p = self.params
-        return (id(self.generator or default), p.temperature, p.top_k, p.top_p)

@@ -68,6 +68,9 @@ class Scheduler:
         self.waiting: deque[PrefillJob] = deque()
         self.admission = Admission(cache, prefill, max_prefill_tokens, max_model_len)
         self.preemptions = 0  # sequences sent back to the queue for want of blocks
+        # When the most blocks were held: how many, the running sequences' cached tokens
+        # (+1: the one this step writes), and how many sequences ran.
+        self.peak_usage = {"held_blocks": 0, "live_tokens": 0, "running": 0}
 
     @property
     def weight_version(self) -> int:
@@ -178,6 +181,12 @@ class Scheduler:
 
     def _decode(self) -> None:
         cache, size = self.cache, self.cache.block_size
+        if cache.held_blocks > self.peak_usage["held_blocks"]:
+            self.peak_usage = {
+                "held_blocks": cache.held_blocks,
+                "live_tokens": sum(row.cached + 1 for row in self.rows),
+                "running": len(self.rows),
+            }
         positions = [row.cached for row in self.rows]
         slots = [
             row.blocks[p // size] * size + p % size
@@ -202,21 +211,31 @@ class Scheduler:
     # -- sampling and finishing -----------------------------------------------------------
 
     def _sample(self, rows: list[int], logits: Tensor) -> tuple[Tensor, Tensor]:
-        """One batched draw per group of rows sharing sampling settings and random stream
-        (a single group in the common case: one caller, or callers with default settings)."""
-        default = self.generator
+        """Sample every row in batched draws: each random stream (a seeded request's own,
+        or the engine's) gives its rows one uniform each, in row order; then one draw per
+        group of rows sharing temperature, top-k and top-p (a single group in the common
+        case, however many seeded requests run)."""
         requests = [self.rows[r].request for r in rows]
-        keys = [r.sampling_key(default) for r in requests]
-        if len(set(keys)) == 1:
-            return sample(logits, requests[0].params, requests[0].generator or default)
-        tokens = torch.empty(len(keys), dtype=torch.long, device=logits.device)
-        log_probs = torch.empty(len(keys), dtype=torch.float32, device=logits.device)
-        for key in dict.fromkeys(keys):
-            index = torch.tensor([i for i, k in enumerate(keys) if k == key], device=self.device)
-            first = requests[int(index[0])]
-            tokens[index], log_probs[index] = sample(
-                logits[index], first.params, first.generator or default
+        uniform = torch.empty(len(rows), dtype=torch.float64, device=self.device)
+        streams: dict[int, tuple[torch.Generator, list[int]]] = {}
+        for position, request in enumerate(requests):
+            if request.params.temperature > 0:
+                generator = request.generator or self.generator
+                streams.setdefault(id(generator), (generator, []))[1].append(position)
+        for generator, positions in streams.values():
+            draws = torch.rand(
+                len(positions), generator=generator, dtype=torch.float64, device=self.device
             )
+            uniform[positions] = draws
+        settings = [(r.params.temperature, r.params.top_k, r.params.top_p) for r in requests]
+        if len(set(settings)) == 1:
+            return sample(logits, requests[0].params, uniform)
+        tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
+        log_probs = torch.empty(len(rows), dtype=torch.float32, device=logits.device)
+        for setting in dict.fromkeys(settings):
+            index = [i for i, other in enumerate(settings) if other == setting]
+            first = requests[index[0]]
+            tokens[index], log_probs[index] = sample(logits[index], first.params, uniform[index])
         return tokens, log_probs
 
     def _record(self, rows: list[int], logits: Tensor) -> None:

@@ -70,8 +70,8 @@ MIN_CPU_KV_CACHE_BYTES = 64 << 20
 
 
 def cpu_kv_cache_bytes(model_config: object, max_model_len: int, max_num_seqs: int) -> int:
-    """The KV cache a CPU server gets when ``rollout.kv_cache_bytes`` is unset: what the native
-    engine would reserve, ``max_num_seqs`` sequences of ``max_model_len`` tokens at
+    """The KV cache a CPU server gets when ``rollout.kv_cache_bytes`` is unset: the most the
+    native engine's cache grows to, ``max_num_seqs`` sequences of ``max_model_len`` tokens at
     2 * layers * kv_heads * head_dim * 4 bytes per token (float32, the upper bound), and at
     least 64 MiB for vLLM's block rounding. Left to itself, vLLM's CPU backend reserves 92% of
     the NUMA node's memory and refuses to start when other processes (the trainer) hold some.

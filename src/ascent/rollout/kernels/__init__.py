@@ -1,9 +1,10 @@
-"""A C kernel for the CPU decode step: attention that reads the paged cache where it lies.
+"""A C kernel for CPU attention that reads the paged KV cache where it lies.
 
 PyTorch has no CPU attention over a block table: gathering each sequence's blocks into a
 contiguous tensor for SDPA copies every live key and value once per layer and step, which
-made paged decoding 2-3x slower than attention over a contiguous slot. ``paged_decode.c``
-reads the blocks in place instead (see its header for the math).
+made paged decoding 2-3x slower than attention over a contiguous slot. ``paged_attention.c``
+reads the blocks in place instead (see its header for the math), for a decode step and for
+a prefill that follows cached context.
 
 It is compiled on first use with the system's C compiler (``$CC``, else ``cc``) for this
 CPU (``-march=native``) and kept under ``$ASCENT_CACHE/kernels`` (default
@@ -25,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-SOURCE = Path(__file__).with_name("paged_decode.c")
+SOURCE = Path(__file__).with_name("paged_attention.c")
 # -ffast-math: reassociation vectorises the dot products, and finite math lets expf use
 # glibc's vector version (libmvec). The kernel's inputs are finite scores; a model that
 # produces NaN gives garbage either way (and the trainer's mismatch metric shows it).
@@ -51,7 +52,7 @@ def _build() -> ctypes.CDLL:
         SOURCE.read_bytes() + " ".join([compiler, *FLAGS]).encode() + _cpu_signature().encode()
     ).hexdigest()[:16]
     root = Path(os.environ.get("ASCENT_CACHE", "~/.cache/ascent")).expanduser() / "kernels"
-    target = root / f"paged_decode-{key}.so"
+    target = root / f"paged_attention-{key}.so"
     if not target.is_file():
         root.mkdir(parents=True, exist_ok=True)
         partial = root / f".{target.name}.{os.getpid()}"
@@ -63,9 +64,9 @@ def _build() -> ctypes.CDLL:
         )
         os.replace(partial, target)  # atomic: a concurrent build's file is just as good
     library = ctypes.CDLL(str(target))
-    function = library.paged_decode_f32
+    function = library.paged_attention_f32
     function.restype = ctypes.c_int
-    function.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_int]
+    function.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 7 + [ctypes.c_float, ctypes.c_int]
     return library
 
 
@@ -87,13 +88,13 @@ def library() -> ctypes.CDLL | None:
     return _state["library"]
 
 
-def paged_decode(
+def paged_attention(
     q: Tensor, k_pool: Tensor, v_pool: Tensor, tables: Tensor, positions: Tensor
 ) -> Tensor | None:
-    """Decode attention (B, heads, 1, D) of q (B, heads, 1, D) over each row's keys at
-    positions 0..positions[b] (B,), read through ``tables`` (B, nb) from the pools
-    (blocks, kv_heads, block_size, D); None where the kernel does not apply (not a float32
-    CPU tensor, or no kernel)."""
+    """Attention (B, heads, T, D) of q (B, heads, T, D) over each query's keys at positions
+    0..positions[b, t] (B, T), read through ``tables`` (B, nb) from the pools (blocks,
+    kv_heads, block_size, D); None where the kernel does not apply (not float32 CPU
+    tensors, or no kernel). Every position must lie within its row's table."""
     tensors = (q, k_pool, v_pool)
     if q.device.type != "cpu" or any(t.dtype != torch.float32 for t in tensors):
         return None
@@ -103,10 +104,10 @@ def paged_decode(
     q = q.contiguous()
     tables = tables.to(torch.int64).contiguous()
     positions = positions.to(torch.int64).contiguous()
-    batch, heads, _, dim = q.shape
+    batch, heads, tokens, dim = q.shape
     _, kv_heads, block_size, _ = k_pool.shape
     out = torch.empty_like(q)
-    status = kernel.paged_decode_f32(
+    status = kernel.paged_attention_f32(
         q.data_ptr(),
         k_pool.data_ptr(),
         v_pool.data_ptr(),
@@ -114,6 +115,7 @@ def paged_decode(
         positions.data_ptr(),
         out.data_ptr(),
         batch,
+        tokens,
         heads,
         kv_heads,
         dim,

@@ -148,7 +148,7 @@ def test_the_cpu_attention_kernel_equals_gathered_attention(heads, kv_heads, dim
     assert kernels.library() is not None, "a C compiler is part of the test machine"
     g = torch.Generator().manual_seed(0)
     block_size, blocks, batch = 16, 40, 5
-    k_pool = torch.randn(blocks, kv_heads, block_size, dim, generator=g)
+    k_pool = torch.randn(blocks, kv_heads, dim, block_size, generator=g)
     v_pool = torch.randn(blocks, kv_heads, block_size, dim, generator=g)
     tables = torch.randperm(blocks, generator=g)[: batch * 6].view(batch, 6)
     decode = torch.tensor([0, 15, 16, 57, 95])[:, None]  # block edges; the whole table

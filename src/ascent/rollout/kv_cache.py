@@ -1,8 +1,9 @@
 """The paged KV cache: keys and values in fixed-size blocks, memory grown as tokens arrive.
 
-k and v are (layers, blocks, kv_heads, block_size, head_dim). Block 0 is scratch: padded
-table entries point at it and padded rows of a captured decode step write into it, so it is
-never handed to a sequence. Blocks 1.. are ``BlockAllocator``'s (free, held, or cached).
+v is (layers, blocks, kv_heads, block_size, head_dim); k is (layers, blocks, kv_heads,
+head_dim, block_size): each block's keys transposed, as the CPU attention kernel reads them.
+Block 0 is scratch: padded table entries point at it and padded rows of a captured decode
+step write into it, so it is never handed to a sequence. Blocks 1.. are ``BlockAllocator``'s (free, held, or cached).
 
 Memory, two ways:
 
@@ -102,7 +103,8 @@ class PagedKVCache:
     def _resize(self, total: int) -> None:
         """Hold ``total`` blocks (scratch included), keeping what the old ones hold."""
         shape = (self.layers, total, self.kv_heads, self.block_size, self.head_dim)
-        k = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        key_shape = (*shape[:3], self.head_dim, self.block_size)
+        k = torch.zeros(key_shape, dtype=self.dtype, device=self.device)
         v = torch.zeros(shape, dtype=self.dtype, device=self.device)
         if self.k is not None:
             k[:, : self.k.shape[1]] = self.k

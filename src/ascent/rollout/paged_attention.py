@@ -1,7 +1,8 @@
 """Attention of new tokens over a paged KV cache, and the writes that put them there.
 
-Shapes: one layer's pool ``k_pool``/``v_pool`` is (blocks, kv_heads, block_size, D) (a
-block's keys for one head are contiguous, as attention reads them); a block
+Shapes: one layer's ``v_pool`` is (blocks, kv_heads, block_size, D) and ``k_pool``
+(blocks, kv_heads, D, block_size): a block's keys for one head are stored transposed, so
+that a query's scores against them are block-wide vector operations; a block
 table (B, nb) lists each row's blocks in order (padded with the scratch block 0); queries q
 are (B, heads, T, D) at absolute positions ``positions`` (B, T). Query t of row b attends to
 the keys at positions 0..positions[b, t] of its row (its own included: written first).
@@ -23,17 +24,21 @@ from ascent.rollout import kernels
 def write(k_pool: Tensor, v_pool: Tensor, slots: Tensor, keys: Tensor, values: Tensor) -> None:
     """Store keys/values (N, kv_heads, D) at cache positions ``slots`` (N,) =
     block * block_size + offset."""
-    size = k_pool.shape[2]
+    size = v_pool.shape[2]
     blocks, offsets = slots // size, slots % size
-    k_pool[blocks, :, offsets] = keys
+    k_pool[blocks, :, :, offsets] = keys
     v_pool[blocks, :, offsets] = values
 
 
-def gather(pool: Tensor, tables: Tensor) -> Tensor:
-    """(B, kv_heads, nb * block_size, D): each row's blocks, in table order."""
+def gather(pool: Tensor, tables: Tensor, *, transposed: bool = False) -> Tensor:
+    """(B, kv_heads, nb * block_size, D): each row's blocks, in table order (``transposed``:
+    the pool holds each block as (D, block_size), as the keys' does)."""
     rows, width = tables.shape
-    _, kv_heads, size, dim = pool.shape
-    picked = pool.index_select(0, tables.reshape(-1)).view(rows, width, kv_heads, size, dim)
+    picked = pool.index_select(0, tables.reshape(-1))
+    if transposed:
+        picked = picked.transpose(-1, -2)
+    _, kv_heads, size, dim = picked.shape
+    picked = picked.reshape(rows, width, kv_heads, size, dim)
     return picked.transpose(1, 2).reshape(rows, kv_heads, width * size, dim)
 
 
@@ -43,7 +48,7 @@ def attend(q: Tensor, k_pool: Tensor, v_pool: Tensor, tables: Tensor, positions:
     T > 1 is a prefill after cached context (an agent's next turn); its padded queries past
     the table are clamped into it (their outputs are never read).
     """
-    last = tables.shape[1] * k_pool.shape[2] - 1  # padded queries: kept inside the table
+    last = tables.shape[1] * v_pool.shape[2] - 1  # padded queries: kept inside the table
     out = kernels.paged_attention(q, k_pool, v_pool, tables, positions.clamp(max=last))
     if out is not None:
         return out
@@ -54,7 +59,7 @@ def attend_gathered(
     q: Tensor, k_pool: Tensor, v_pool: Tensor, tables: Tensor, positions: Tensor
 ) -> Tensor:
     """``attend`` through gathered blocks and SDPA (any device and dtype)."""
-    keys, values = gather(k_pool, tables), gather(v_pool, tables)
+    keys, values = gather(k_pool, tables, transposed=True), gather(v_pool, tables)
     key_positions = torch.arange(keys.shape[2], device=q.device)
     mask = key_positions <= positions[:, :, None]  # (B, T, L)
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask[:, None], enable_gqa=True)

@@ -92,9 +92,10 @@ def paged_attention(
     q: Tensor, k_pool: Tensor, v_pool: Tensor, tables: Tensor, positions: Tensor
 ) -> Tensor | None:
     """Attention (B, heads, T, D) of q (B, heads, T, D) over each query's keys at positions
-    0..positions[b, t] (B, T), read through ``tables`` (B, nb) from the pools (blocks,
-    kv_heads, block_size, D); None where the kernel does not apply (not float32 CPU
-    tensors, or no kernel). Every position must lie within its row's table."""
+    0..positions[b, t] (B, T), read through ``tables`` (B, nb) from the pools: keys
+    (blocks, kv_heads, D, block_size), values (blocks, kv_heads, block_size, D); None where
+    the kernel does not apply (not float32 CPU tensors, or no kernel). Every position must
+    lie within its row's table."""
     tensors = (q, k_pool, v_pool)
     if q.device.type != "cpu" or any(t.dtype != torch.float32 for t in tensors):
         return None
@@ -105,7 +106,7 @@ def paged_attention(
     tables = tables.to(torch.int64).contiguous()
     positions = positions.to(torch.int64).contiguous()
     batch, heads, tokens, dim = q.shape
-    _, kv_heads, block_size, _ = k_pool.shape
+    _, kv_heads, block_size, _ = v_pool.shape
     out = torch.empty_like(q)
     status = kernel.paged_attention_f32(
         q.data_ptr(),
@@ -124,6 +125,8 @@ def paged_attention(
         dim**-0.5,
         torch.get_num_threads(),
     )
+    if status == -2:
+        raise ValueError(f"the CPU attention kernel takes blocks of at most 64, not {block_size}")
     if status != 0:
         raise MemoryError("the CPU attention kernel could not allocate its score buffer")
     return out

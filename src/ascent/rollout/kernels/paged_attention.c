@@ -1,6 +1,8 @@
 // Attention of new tokens over a paged KV cache, float32.
 //
-// q (B, H, T, D): T query tokens per sequence; k_pool, v_pool (blocks, KV, block_size, D);
+// q (B, H, T, D): T query tokens per sequence; k_pool (blocks, KV, D, block_size): a block's
+// keys transposed, so that one query's scores against a block are block_size-wide vector
+// FMAs; v_pool (blocks, KV, block_size, D);
 // tables (B, width) block ids; positions (B, T): each query's position, so it reads the keys
 // at positions 0..positions[b, t] where they lie (no gather); out (B, H, T, D). Query head h
 // reads KV head h / (H / KV), as grouped-query attention does. Per (sequence, KV head) and
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 
 #define QUERY_CHUNK 32
+#define MAX_BLOCK 64
 
 // Queries t0..t0+count-1 of one (sequence, KV head): group heads each.
 static void one_chunk(const float *q, const float *k_pool, const float *v_pool,
@@ -30,13 +33,14 @@ static void one_chunk(const float *q, const float *k_pool, const float *v_pool,
         for (int j = 0, r = 0; j < group; j++) {
             for (int t = t0; t < t0 + count; t++, r++) {
                 const float *query = q + ((int64_t)j * tokens + t) * dim;
-                float *s = scores + (int64_t)r * length + start;
-                for (int64_t k = 0; k < keys_here; k++) {
-                    const float *key = keys + k * dim;
-                    float score = 0.0f;
-                    for (int d = 0; d < dim; d++) score += query[d] * key[d];
-                    s[k] = score * scale;
+                float block_scores[MAX_BLOCK] = {0.0f};  // the whole block (unwritten tail too)
+                for (int d = 0; d < dim; d++) {
+                    const float weight = query[d];
+                    const float *column = keys + (int64_t)d * block_size;
+                    for (int k = 0; k < block_size; k++) block_scores[k] += weight * column[k];
                 }
+                float *s = scores + (int64_t)r * length + start;
+                for (int64_t k = 0; k < keys_here; k++) s[k] = block_scores[k] * scale;
             }
         }
     }
@@ -75,11 +79,12 @@ static void one_chunk(const float *q, const float *k_pool, const float *v_pool,
     }
 }
 
-// Returns 0, or -1 when scratch memory could not be had.
+// Returns 0, -1 when scratch memory could not be had, -2 for blocks over MAX_BLOCK.
 int paged_attention_f32(const float *q, const float *k_pool, const float *v_pool,
                         const int64_t *tables, const int64_t *positions, float *out, int batch,
                         int tokens, int heads, int kv_heads, int dim, int block_size, int width,
                         float scale, int threads) {
+    if (block_size > MAX_BLOCK) return -2;
     const int group = heads / kv_heads;
     const int chunks = (tokens + QUERY_CHUNK - 1) / QUERY_CHUNK;
     int failed = 0;

@@ -3,7 +3,8 @@
 v is (layers, blocks, kv_heads, block_size, head_dim); k is (layers, blocks, kv_heads,
 head_dim, block_size): each block's keys transposed, as the CPU attention kernel reads them.
 Block 0 is scratch: padded table entries point at it and padded rows of a captured decode
-step write into it, so it is never handed to a sequence. Blocks 1.. are ``BlockAllocator``'s (free, held, or cached).
+step write into it, so it is never handed to a sequence. Blocks 1.. are
+``BlockAllocator``'s (free, held, or cached).
 
 Memory, two ways:
 

@@ -165,3 +165,21 @@ def test_the_cpu_attention_kernel_equals_gathered_attention(heads, kv_heads, dim
         expected = paged_attention.attend_gathered(q, k_pool, v_pool, tables, positions)
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     assert kernels.paged_attention(q.double(), k_pool, v_pool, tables, positions) is None
+
+
+def test_without_the_kernel_the_engine_gathers_and_agrees(model, monkeypatch):
+    """No C compiler (or ASCENT_C_KERNELS=0): the same tokens through gathered SDPA, for
+    fresh prompts, a later turn after cached context, and decoding."""
+    from ascent.rollout import kernels
+
+    prompt = random_prompts([40])[0]
+    with_kernel = NativeEngine(model, max_num_seqs=4, max_model_len=128)
+    first = with_kernel.generate([prompt], GREEDY)[0].token_ids
+    expected = with_kernel.generate([prompt + first + [7, 8, 9]], GREEDY)[0]
+    monkeypatch.setitem(kernels._state, "library", None)
+    gathered = NativeEngine(model, max_num_seqs=4, max_model_len=128)
+    assert gathered.generate([prompt], GREEDY)[0].token_ids == first
+    got = gathered.generate([prompt + first + [7, 8, 9]], GREEDY)[0]
+    assert gathered.scheduler.admission.reused_tokens > 0
+    assert got.token_ids == expected.token_ids
+    assert max(abs(a - b) for a, b in zip(got.log_probs, expected.log_probs, strict=True)) < 1e-4

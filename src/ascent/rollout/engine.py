@@ -45,12 +45,13 @@ class NativeEngine:
 
     max_num_seqs: sequences decoded at once.
     max_model_len: prompt + response limit.
-    kv_cache_bytes: the most memory the KV cache may grow to (default: room for
-        max_num_seqs sequences of max_model_len tokens; the cache only grows that far when
-        the sequences really are that long). When it is full, sequences wait or are
-        preempted and computed again later.
+    kv_cache_bytes: the KV cache's memory, reserved at once and kept full of reusable
+        prefix blocks; None: grown as tokens arrive (at most max_num_seqs sequences of
+        max_model_len, reached only if they really are that long). When it is full,
+        sequences wait or are preempted and computed again later.
     tokenizer: needed only for stop strings.
-    cuda_graphs: on CUDA, replay captured decode steps (one graph per batch-size bucket).
+    cuda_graphs: on CUDA, replay captured decode steps (one graph per batch size and table
+        width bucket).
     """
 
     # Every other setting is applied by ``load``.

@@ -118,6 +118,19 @@ def test_memory_follows_the_live_tokens_not_max_model_len(model):
     assert figures[0] == figures[1]
 
 
+def test_the_smallest_budget_serves_many_samples_of_a_long_prompt(model):
+    """A budget of one whole sequence (and its next block): samples run one or two at a
+    time, and the queue never stalls."""
+    per_block = model.config.num_hidden_layers * 2 * 2 * 16 * 16 * 4
+    engine = NativeEngine(model, max_num_seqs=4, max_model_len=64, kv_cache_bytes=5 * per_block)
+    roomy = NativeEngine(model, max_num_seqs=4, max_model_len=64)
+    prompt = random_prompts([40])
+    params = SamplingParams(n=4, temperature=0, max_new_tokens=23)
+    got = engine.generate(prompt, params)
+    assert [len(s.token_ids) for s in got] == [23] * 4 and engine.cache.held_blocks == 0
+    assert [s.token_ids for s in got] == [s.token_ids for s in roomy.generate(prompt, params)]
+
+
 def test_a_preempted_sequence_that_is_aborted_returns_its_tokens(model):
     per_block = model.config.num_hidden_layers * 2 * 2 * 16 * 16 * 4
     engine = NativeEngine(model, max_num_seqs=4, max_model_len=64, kv_cache_bytes=6 * per_block)

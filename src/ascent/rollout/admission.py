@@ -3,7 +3,9 @@
 A job is planned when the batch has a seat for it and the cache has the blocks: those its
 prompt needs beyond what the prefix cache already holds, one copy of the partial last block
 for each further sample, and one spare block per admitted sample (its next write), so that a
-fresh admission is not preempted by the very next decode step. Jobs are prefilled together
+fresh admission is not preempted by the very next decode step. When nothing runs, the job at
+the head is admitted (one sample) whatever the spare: the budget always holds one whole
+sequence, so the queue cannot stall. Jobs are prefilled together
 up to ``max_prefill_tokens`` new tokens (at least one job). A job with more samples than
 free seats starts as many as fit; the rest wait and, when admitted, find the prompt's full
 blocks in the prefix cache.
@@ -51,14 +53,14 @@ class Admission:
         self.log: list[tuple[int, int]] | None = None  # a list: (context, computed) per job
 
     def admit(
-        self, waiting: deque[PrefillJob], seats: int, fail: Callable
+        self, waiting: deque[PrefillJob], seats: int, running: int, fail: Callable
     ) -> tuple[list[tuple[Running, Tensor]], Exception | None]:
-        """Prefill jobs from the head of ``waiting`` into at most ``seats`` rows -> the new
-        rows with the logits their first token is drawn from, and the first prefill error
-        (its requests already failed through ``fail``)."""
+        """Prefill jobs from the head of ``waiting`` into at most ``seats`` rows (``running``
+        rows hold blocks already) -> the new rows with the logits their first token is drawn
+        from, and the first prefill error (its requests already failed through ``fail``)."""
         admitted, failure = [], None
         while waiting and seats > 0:
-            planned = self._plan(waiting, seats)
+            planned = self._plan(waiting, seats, running + len(admitted))
             if not planned:
                 break
             try:
@@ -74,22 +76,28 @@ class Admission:
 
     # -- planning -------------------------------------------------------------------------
 
-    def _plan(self, waiting: deque[PrefillJob], seats: int) -> list[Planned]:
+    def _plan(self, waiting: deque[PrefillJob], seats: int, running: int) -> list[Planned]:
         cache, size = self.cache, self.cache.block_size
         planned, tokens_budget = [], self.max_prefill_tokens
         while waiting and seats > 0:
             job = waiting[0]
             tokens = job.tokens
-            count = min(job.seats, seats)
             prefix = cache.blocks.lookup(tokens, len(tokens) - 1)  # compute one at least
             found = prefix.blocks
             start = len(found) * size + prefix.partial_length
             new_blocks = math.ceil(len(tokens) / size) - len(found)
-            copies = count - 1 if len(tokens) % size else 0
             kept = found + ([prefix.partial] if prefix.partial is not None else [])
             revived = sum(cache.blocks.refs[b] == 0 for b in kept)
-            if new_blocks + copies + count + revived > cache.available:
-                break  # wait for blocks (running sequences free them as they finish)
+            # Each sample needs its next block, and each after the first its own copy of a
+            # partial last block: as many samples as the blocks left allow.
+            partial = len(tokens) % size != 0
+            spare = cache.available - new_blocks - revived + partial
+            count = min(job.seats, seats, spare // (1 + partial))
+            if count < 1:
+                if planned or running:
+                    break  # wait for blocks (running sequences free them as they finish)
+                count = 1  # alone: the budget holds one whole sequence (see PagedKVCache)
+            copies = count - 1 if partial else 0
             if planned and len(tokens) - start > tokens_budget:
                 break
             for block in kept:

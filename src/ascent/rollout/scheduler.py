@@ -144,7 +144,7 @@ class Scheduler:
         prefill is raised once the others are admitted."""
         first = len(self.rows)
         admitted, failure = self.admission.admit(
-            self.waiting, self.max_num_seqs - len(self.rows), self.fail
+            self.waiting, self.max_num_seqs - len(self.rows), len(self.rows), self.fail
         )
         logits = []
         for row, row_logits in admitted:

@@ -5,10 +5,11 @@ prompt needs beyond what the prefix cache already holds, one copy of the partial
 for each further sample, and one spare block per admitted sample (its next write), so that a
 fresh admission is not preempted by the very next decode step. When nothing runs, the job at
 the head is admitted (one sample) whatever the spare: the budget always holds one whole
-sequence, so the queue cannot stall. Jobs are prefilled together
-up to ``max_prefill_tokens`` new tokens (at least one job). A job with more samples than
-free seats starts as many as fit; the rest wait and, when admitted, find the prompt's full
-blocks in the prefix cache.
+sequence, so the queue cannot stall. Jobs are prefilled together up to
+``max_prefill_tokens`` new tokens (at least one job), fresh prompts and prompts that
+continue cached context in separate passes (causal SDPA for the first, attention over
+blocks for the second). A job with more samples than free seats or blocks starts as many as
+fit; the rest wait and, when admitted, find the prompt's full blocks in the prefix cache.
 """
 
 import math
@@ -100,6 +101,8 @@ class Admission:
             copies = count - 1 if partial else 0
             if planned and len(tokens) - start > tokens_budget:
                 break
+            if planned and (start == 0) != (planned[0].start == 0):
+                break  # fresh prompts prefill with causal SDPA, the others over their blocks
             for block in kept:
                 cache.blocks.share(block)  # (the partial one: safe from eviction meanwhile)
             table = found + cache.allocate(new_blocks)

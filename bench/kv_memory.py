@@ -27,14 +27,9 @@ from ascent.models.gguf import packaged_checkpoint
 from ascent.models.loading import load_causal_lm
 from ascent.rollout.engine import NativeEngine
 from ascent.rollout.types import SamplingParams
+from engine_speed import prompts_for  # the same workload (bench/ is on the path)
 
 MIB = 2**20
-
-
-def prompts_for(concurrency: int, seed: int = 0) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(24, 65, (concurrency // 2,), generator=g)
-    return [torch.randint(100, 40000, (int(n),), generator=g).tolist() for n in lengths]
 
 
 def main() -> None:

@@ -164,8 +164,8 @@ class Admission:
         cache, size = self.cache, self.cache.block_size
         tokens = plan.job.tokens
         full = len(tokens) // size
-        for index in range(len(plan.table[:full])):
-            cache.blocks.register(plan.table[index], plan.names[index])
+        for block, name in zip(plan.table[:full], plan.names, strict=True):
+            cache.blocks.register(block, name)
         self.prefilled_tokens += len(tokens) - plan.start
         self.reused_tokens += plan.start
         if self.log is not None:

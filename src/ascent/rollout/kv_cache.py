@@ -138,13 +138,16 @@ class PagedKVCache:
         self.k[:, target] = self.k[:, source]
         self.v[:, target] = self.v[:, source]
 
-    def slots(self, table: list[int], start: int, end: int) -> list[int]:
-        """Flat cache rows (block * block_size + offset) of positions [start, end)."""
-        size = self.block_size
-        return [table[p // size] * size + p % size for p in range(start, end)]
+    def slot(self, table: list[int], position: int) -> int:
+        """The flat cache row (block * block_size + offset) of ``position`` in ``table``."""
+        return table[position // self.block_size] * self.block_size + position % self.block_size
 
-    def table_tensor(self, tables: list[list[int]], width: int | None = None) -> Tensor:
-        """Block tables (B, width), padded with the scratch block."""
-        width = width or max(len(t) for t in tables)
+    def slots(self, table: list[int], start: int, end: int) -> list[int]:
+        """Flat cache rows of positions [start, end)."""
+        return [self.slot(table, position) for position in range(start, end)]
+
+    def table_tensor(self, tables: list[list[int]]) -> Tensor:
+        """Block tables (B, longest table), padded with the scratch block."""
+        width = max(len(t) for t in tables)
         rows = [t + [0] * (width - len(t)) for t in tables]
         return torch.tensor(rows, dtype=torch.long, device=self.device)

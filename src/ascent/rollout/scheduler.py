@@ -188,10 +188,7 @@ class Scheduler:
                 "running": len(self.rows),
             }
         positions = [row.cached for row in self.rows]
-        slots = [
-            row.blocks[p // size] * size + p % size
-            for row, p in zip(self.rows, positions, strict=True)
-        ]
+        slots = [cache.slot(row.blocks, p) for row, p in zip(self.rows, positions, strict=True)]
         device = self.device
         logits = self.decode_model(
             torch.tensor([row.tokens[-1] for row in self.rows], device=device),

@@ -168,9 +168,10 @@ class DecoderRunner:
         return logits.float()
 
     def _layers(self, hidden: Tensor, cos: Tensor, sin: Tensor, attend: Callable) -> Tensor:
+        """Every layer over ``hidden`` (B, T, hidden), cos/sin (B, T, D) the model's rotary
+        tables; ``attend(index, q, k, v)`` stores the new keys and values in layer
+        ``index``'s pool and returns the attention output."""
         cos, sin = rotary_tables(cos, sin)
-        """Every layer over ``hidden`` (B, T, hidden); ``attend(index, q, k, v)`` stores the
-        new keys and values in layer ``index``'s pool and returns the attention output."""
         for index, layer in enumerate(self.layers):
             x = rms_norm(hidden, layer.input_norm)
             q, k, v = self._attention_inputs(layer, x, cos, sin)

@@ -219,11 +219,13 @@ class Scheduler:
             if request.params.temperature > 0:
                 generator = request.generator or self.generator
                 streams.setdefault(id(generator), (generator, []))[1].append(position)
-        for generator, positions in streams.values():
-            draws = torch.rand(
-                len(positions), generator=generator, dtype=torch.float64, device=self.device
-            )
-            uniform[positions] = draws
+        if streams:  # one scatter for all streams (an agent's turns are a stream each)
+            order = [p for _, positions in streams.values() for p in positions]
+            draws = [
+                torch.rand(len(positions), generator=g, dtype=torch.float64, device=self.device)
+                for g, positions in streams.values()
+            ]
+            uniform[torch.tensor(order, device=self.device)] = torch.cat(draws)
         settings = [(r.params.temperature, r.params.top_k, r.params.top_p) for r in requests]
         if len(set(settings)) == 1:
             return sample(logits, requests[0].params, uniform)

@@ -33,6 +33,7 @@ SOURCE = Path(__file__).with_name("paged_attention.c")
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared", "-fopenmp"]
 LIBRARIES = ["-lmvec", "-lm"]
 
+TILE, MAX_BLOCK = 16, 64  # LANE and MAX_BLOCK in the source
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 
@@ -94,19 +95,22 @@ def paged_attention(
     """Attention (B, heads, T, D) of q (B, heads, T, D) over each query's keys at positions
     0..positions[b, t] (B, T), read through ``tables`` (B, nb) from the pools: keys
     (blocks, kv_heads, D, block_size), values (blocks, kv_heads, block_size, D); None where
-    the kernel does not apply (not float32 CPU tensors, or no kernel). Every position must
-    lie within its row's table."""
+    the kernel does not apply (not float32 CPU tensors, a block size or head dimension not a
+    multiple of 16 or blocks over 64, or no kernel). Every position must lie within its
+    row's table."""
     tensors = (q, k_pool, v_pool)
     if q.device.type != "cpu" or any(t.dtype != torch.float32 for t in tensors):
         return None
+    _, kv_heads, block_size, dim = v_pool.shape
+    if block_size % TILE or dim % TILE or block_size > MAX_BLOCK:
+        return None  # the kernel's register tiles take whole lanes of 16
     kernel = library()
     if kernel is None:
         return None
     q = q.contiguous()
     tables = tables.to(torch.int64).contiguous()
     positions = positions.to(torch.int64).contiguous()
-    batch, heads, tokens, dim = q.shape
-    _, kv_heads, block_size, _ = v_pool.shape
+    batch, heads, tokens, _ = q.shape
     out = torch.empty_like(q)
     status = kernel.paged_attention_f32(
         q.data_ptr(),
@@ -125,8 +129,6 @@ def paged_attention(
         dim**-0.5,
         torch.get_num_threads(),
     )
-    if status == -2:
-        raise ValueError(f"the CPU attention kernel takes blocks of at most 64, not {block_size}")
     if status != 0:
         raise MemoryError("the CPU attention kernel could not allocate its score buffer")
     return out

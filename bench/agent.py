@@ -9,10 +9,13 @@ answering every turn with a short message (rendered and appended through the cha
 all episodes at once against the native backend (its step thread batches their turns). Both
 count generated tokens over the wall time; the agent loop also reports turns/s, and per later
 turn the tokens prefilled against the tokens new to its context (what the prefix cache cannot
-hold). The engine's KV cache is reserved with room for every episode's conversation, so that
-episodes waiting for their tools keep their context cached. Sandbox: --sandbox-calls
-Python programs (``print(sum(range(1000)))``) through a pool of --sandbox-workers, and the
-same one at a time.
+hold). Work-matched single-turn: the single-turn call with every prompt longer by the
+tokens the agent loop computes for its later turns (their count per later turn, measured,
+times turns - 1), so the same tokens are computed and sampled: the agent loop's rate against
+it is what the loop costs beyond the work itself. The engine's KV cache is reserved with
+room for every episode's conversation, so that episodes waiting for their tools keep their
+context cached. Sandbox: --sandbox-calls Python programs (``print(sum(range(1000)))``)
+through a pool of --sandbox-workers, and the same one at a time.
 
     .venv/bin/python bench/agent.py [--json PATH]
 """
@@ -57,11 +60,26 @@ class Calculator(Environment):
         return Step([{"role": "tool", "content": "12345"}], 0.0, self.seen >= self.turns)
 
 
-def single_turn(backend, tokenizer, episodes, tokens):
+def single_turn(backend, tokenizer, episodes, tokens, extra_prompt_tokens=0):
+    """tokens/s of one ``generate_batch`` call: ``episodes`` prompts (each the episode's
+    question, padded by ``extra_prompt_tokens`` characters, one token each in the byte-level
+    vocabulary), ``tokens`` new tokens each."""
     prompts = [
         render_chat(tokenizer, [{"role": "user", "content": f"question {i}"}], None)
         for i in range(episodes)
     ]
+    if extra_prompt_tokens:
+        padded = [
+            render_chat(
+                tokenizer,
+                [{"role": "user", "content": f"question {i}" + "?" * extra_prompt_tokens}],
+                None,
+            )
+            for i in range(episodes)
+        ]
+        lengths = zip(map(len, padded), map(len, prompts), strict=True)
+        assert all(long == short + extra_prompt_tokens for long, short in lengths)
+        prompts = padded
     params = SamplingParams(temperature=1.0, max_new_tokens=tokens, seed=0, stop_token_ids=[])
     start = time.perf_counter()
     samples = backend.generate_batch(prompts, params)
@@ -185,15 +203,22 @@ def main():
     )
     backend = NativeBackend(engine, tokenizer)
     total = args.turns * args.turn_tokens
-    runs = {"single": [], "agent": [], "turns": [], "pooled": [], "one_by_one": []}
+    runs = {"single": [], "matched": [], "agent": [], "turns": [], "pooled": [], "one_by_one": []}
     try:
-        agent_loop(backend, tokenizer, 8, 2, 4)  # warm-up (and the step thread)
+        _, _, warm = agent_loop(backend, tokenizer, 8, 2, 4)  # warm-up (and the step thread)
         single_turn(backend, tokenizer, 8, 4)
+        # The tokens the loop renders into each later turn's context (headers, the tool's
+        # answer): what the work-matched single-turn prompts are longer by, per later turn.
+        extra = round(warm["new_per_later_turn"] - 1) * (args.turns - 1)
         for _ in range(args.repeats):
             # Repeats replay the same seeded conversations: each run starts with nothing
             # cached, or the second would find the first's whole context.
             engine.reset_prefix_cache()
             runs["single"].append(single_turn(backend, tokenizer, args.episodes, total))
+            engine.reset_prefix_cache()
+            runs["matched"].append(
+                single_turn(backend, tokenizer, args.episodes, total, extra_prompt_tokens=extra)
+            )
             engine.reset_prefix_cache()
             tokens, turns, prefill = agent_loop(
                 backend, tokenizer, args.episodes, args.turns, args.turn_tokens
@@ -213,8 +238,13 @@ def main():
     )
     print(f"{'generation':<28} {'tokens/s':>10} {'turns/s':>9} {'vs single-turn':>15}")
     print(f"{'single-turn generate_batch':<28} {median['single']:>10.0f} {'':>9} {1:>14.2f}x")
+    matched = median["matched"] / median["single"]
+    label = f"work-matched (+{extra} tokens)"
+    print(f"{label:<28} {median['matched']:>10.0f} {'':>9} {matched:>14.2f}x")
     ratio = median["agent"] / median["single"]
     print(f"{'agent loop':<28} {median['agent']:>10.0f} {median['turns']:>9.1f} {ratio:>14.2f}x")
+    beyond = median["agent"] / median["matched"]
+    print(f"agent loop vs work-matched single-turn: {beyond:.2f}x")
     print(
         f"\n{prefill['turns_per_episode']:.2f} turns per episode of "
         f"{prefill['mean_turn_tokens']:.1f} sampled tokens (last repeat); "
@@ -236,6 +266,8 @@ def main():
             "isolation": isolation().describe(),
             "medians": median,
             "agent_vs_single": ratio,
+            "matched_extra_prompt_tokens": extra,
+            "agent_vs_matched": beyond,
             "prefill": prefill,
             "runs": runs,
         }

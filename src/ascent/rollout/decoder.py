@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from ascent.rollout import paged_attention
 from ascent.rollout.kv_cache import PagedKVCache
+from ascent.rollout.paged_attention import PagedBatch
 
 HEAD_ROWS = 1024  # vocabulary rows per slice of the output head on a CPU (see _logits)
 SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
@@ -192,16 +193,15 @@ class DecoderRunner:
         hidden = self.base.embed_tokens(ids)
         cos, sin = self.base.rotary_emb(hidden, positions)
         fresh = chunk.fresh
+        batch = PagedBatch.of(chunk.tables, positions, chunk.slots, cache.block_size)
 
         def attend(index: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             new_k = k.transpose(1, 2)[chunk.valid]  # (N, kv_heads, D)
             new_v = v.transpose(1, 2)[chunk.valid]
-            paged_attention.write(cache.k[index], cache.v[index], chunk.slots, new_k, new_v)
+            paged_attention.write(cache.k[index], cache.v[index], batch, new_k, new_v)
             if fresh:
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            return paged_attention.attend(
-                q, cache.k[index], cache.v[index], chunk.tables, positions
-            )
+            return paged_attention.attend(q, cache.k[index], cache.v[index], batch)
 
         hidden = self._layers(hidden, cos, sin, attend)
         last = hidden[torch.arange(ids.shape[0], device=ids.device), chunk.lengths - 1]
@@ -217,11 +217,11 @@ class DecoderRunner:
         hidden = self.base.embed_tokens(tokens[:, None])
         cos, sin = self.base.rotary_emb(hidden, positions[:, None])
 
+        batch = PagedBatch.of(tables, positions[:, None], slots, cache.block_size)
+
         def attend(index: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-            paged_attention.write(cache.k[index], cache.v[index], slots, k[:, :, 0], v[:, :, 0])
-            return paged_attention.attend(
-                q, cache.k[index], cache.v[index], tables, positions[:, None]
-            )
+            paged_attention.write(cache.k[index], cache.v[index], batch, k[:, :, 0], v[:, :, 0])
+            return paged_attention.attend(q, cache.k[index], cache.v[index], batch)
 
         hidden = self._layers(hidden, cos, sin, attend)
         return self._logits(hidden[:, 0])

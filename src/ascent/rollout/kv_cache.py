@@ -105,11 +105,18 @@ class PagedKVCache:
         """Hold ``total`` blocks (scratch included), keeping what the old ones hold."""
         shape = (self.layers, total, self.kv_heads, self.block_size, self.head_dim)
         key_shape = (*shape[:3], self.head_dim, self.block_size)
-        k = torch.zeros(key_shape, dtype=self.dtype, device=self.device)
-        v = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        if self.k is not None:
-            k[:, : self.k.shape[1]] = self.k
-            v[:, : self.v.shape[1]] = self.v
+        # One pass over the new memory: the old blocks copied, only the new ones zeroed
+        # (zeroing all, then copying, touched every old block twice: 3% of a decode step
+        # at 8 sequences on SmolLM2). Zeroed, never garbage: gathered attention multiplies
+        # the unwritten tail of a block by a zero weight, and 0 x NaN would be NaN.
+        k = torch.empty(key_shape, dtype=self.dtype, device=self.device)
+        v = torch.empty(shape, dtype=self.dtype, device=self.device)
+        kept = 0 if self.k is None else self.k.shape[1]
+        if kept:
+            k[:, :kept] = self.k
+            v[:, :kept] = self.v
+        k[:, kept:] = 0
+        v[:, kept:] = 0
         self.k, self.v = k, v
         if self.blocks.capacity == 0:
             self.blocks.grow(total)

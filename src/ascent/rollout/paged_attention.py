@@ -14,6 +14,8 @@ the work follows the blocks a row holds, not ``max_model_len``; grouped-query he
 their KV head (``enable_gqa``).
 """
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -21,13 +23,35 @@ from torch import Tensor
 from ascent.rollout import kernels
 
 
-def write(k_pool: Tensor, v_pool: Tensor, slots: Tensor, keys: Tensor, values: Tensor) -> None:
-    """Store keys/values (N, kv_heads, D) at cache positions ``slots`` (N,) =
-    block * block_size + offset."""
-    size = v_pool.shape[2]
-    blocks, offsets = slots // size, slots % size
-    k_pool[blocks, :, :, offsets] = keys
-    v_pool[blocks, :, offsets] = values
+@dataclass(frozen=True)
+class PagedBatch:
+    """What every layer of one pass shares, computed once per pass rather than per layer:
+    ``tables`` (B, nb) int64; ``positions`` (B, T) int64, each query's position, padded
+    queries past a row's table clamped into it (their outputs are never read); ``blocks``
+    and ``offsets`` (N,): where each new key and value goes."""
+
+    tables: Tensor
+    positions: Tensor
+    blocks: Tensor
+    offsets: Tensor
+
+    @classmethod
+    def of(cls, tables: Tensor, positions: Tensor, slots: Tensor, block_size: int) -> "PagedBatch":
+        """From block tables, query positions and the flat cache rows of the new tokens
+        (``slots`` = block * block_size + offset)."""
+        last = tables.shape[1] * block_size - 1
+        return cls(
+            tables=tables.to(torch.int64).contiguous(),
+            positions=positions.clamp(max=last).to(torch.int64).contiguous(),
+            blocks=slots // block_size,
+            offsets=slots % block_size,
+        )
+
+
+def write(k_pool: Tensor, v_pool: Tensor, batch: PagedBatch, keys: Tensor, values: Tensor) -> None:
+    """Store keys/values (N, kv_heads, D) at ``batch``'s blocks and offsets."""
+    k_pool[batch.blocks, :, :, batch.offsets] = keys
+    v_pool[batch.blocks, :, batch.offsets] = values
 
 
 def gather(pool: Tensor, tables: Tensor, *, transposed: bool = False) -> Tensor:
@@ -42,17 +66,15 @@ def gather(pool: Tensor, tables: Tensor, *, transposed: bool = False) -> Tensor:
     return picked.transpose(1, 2).reshape(rows, kv_heads, width * size, dim)
 
 
-def attend(q: Tensor, k_pool: Tensor, v_pool: Tensor, tables: Tensor, positions: Tensor) -> Tensor:
+def attend(q: Tensor, k_pool: Tensor, v_pool: Tensor, batch: PagedBatch) -> Tensor:
     """(B, heads, T, D): softmax(q k^T / sqrt(D)) v over each row's positions <= the query's.
 
-    T > 1 is a prefill after cached context (an agent's next turn); its padded queries past
-    the table are clamped into it (their outputs are never read).
+    T > 1 is a prefill after cached context (an agent's next turn).
     """
-    last = tables.shape[1] * v_pool.shape[2] - 1  # padded queries: kept inside the table
-    out = kernels.paged_attention(q, k_pool, v_pool, tables, positions.clamp(max=last))
+    out = kernels.paged_attention(q, k_pool, v_pool, batch.tables, batch.positions)
     if out is not None:
         return out
-    return attend_gathered(q, k_pool, v_pool, tables, positions)
+    return attend_gathered(q, k_pool, v_pool, batch.tables, batch.positions)
 
 
 def attend_gathered(

@@ -40,52 +40,73 @@ static inline void store16(float *p, vec8 low, vec8 high) {
     memcpy(p + 8, &high, sizeof high);
 }
 
-// scores[i][0..keys_here) = scale * queries[i] . keys[:, k] for one block of keys (D, bs);
-// rows i >= n are repeats of row n - 1 (computed, not stored).
-static inline void block_scores(const float *const *queries, int n, const float *keys,
-                                int dim, int block_size, int64_t keys_here, float scale,
-                                float *const *scores) {
-    const float *q0 = queries[0], *q1 = queries[1], *q2 = queries[2], *q3 = queries[3];
+// scores[i][0..keys_here) = scale * queries[i] . keys[:, k] for i < n (a constant once
+// inlined, so that the n x 2 partial sums are registers) over one block of keys (D, bs).
+static inline __attribute__((always_inline)) void scores_tile(
+    const float *const *queries, const int n, const float *keys, int dim, int block_size,
+    int64_t keys_here, float scale, float *const *scores) {
     for (int k0 = 0; k0 < keys_here; k0 += LANE) {
-        vec8 a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};
+        vec8 low[ROW_TILE], high[ROW_TILE];
+        for (int i = 0; i < n; i++) low[i] = high[i] = (vec8){0};
         for (int d = 0; d < dim; d++) {
             const float *column = keys + (int64_t)d * block_size + k0;
-            vec8 low = load8(column), high = load8(column + 8);
-            a0 += q0[d] * low, b0 += q0[d] * high;
-            a1 += q1[d] * low, b1 += q1[d] * high;
-            a2 += q2[d] * low, b2 += q2[d] * high;
-            a3 += q3[d] * low, b3 += q3[d] * high;
+            vec8 column_low = load8(column), column_high = load8(column + 8);
+            for (int i = 0; i < n; i++) {
+                const float weight = queries[i][d];
+                low[i] += weight * column_low, high[i] += weight * column_high;
+            }
         }
-        float tile[ROW_TILE][LANE];
-        store16(tile[0], a0 * scale, b0 * scale);
-        store16(tile[1], a1 * scale, b1 * scale);
-        store16(tile[2], a2 * scale, b2 * scale);
-        store16(tile[3], a3 * scale, b3 * scale);
         int64_t width = keys_here - k0 < LANE ? keys_here - k0 : LANE;
-        for (int i = 0; i < n; i++) memcpy(scores[i] + k0, tile[i], sizeof(float) * width);
+        for (int i = 0; i < n; i++) {
+            float tile[LANE];
+            store16(tile, low[i] * scale, high[i] * scale);
+            memcpy(scores[i] + k0, tile, sizeof(float) * width);
+        }
     }
 }
 
-// outs[i][0..D) += sum_k weights[i][k] * values[k, :] over one block's keys_here value rows
-// (bs, D); rows i >= n are repeats (computed, not stored).
-static inline void block_values(const float *const *weights, int n, const float *values,
-                                int dim, int64_t keys_here, float *const *outs) {
-    const float *w0 = weights[0], *w1 = weights[1], *w2 = weights[2], *w3 = weights[3];
+// outs[i][0..D) += sum_k weights[i][k] * values[k, :] for i < n (a constant once inlined)
+// over one block's keys_here value rows (bs, D).
+static inline __attribute__((always_inline)) void values_tile(
+    const float *const *weights, const int n, const float *values, int dim, int64_t keys_here,
+    float *const *outs) {
     for (int d0 = 0; d0 < dim; d0 += LANE) {
-        vec8 a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};
+        vec8 low[ROW_TILE], high[ROW_TILE];
+        for (int i = 0; i < n; i++) low[i] = high[i] = (vec8){0};
         for (int64_t k = 0; k < keys_here; k++) {
             const float *value = values + k * dim + d0;
-            vec8 low = load8(value), high = load8(value + 8);
-            a0 += w0[k] * low, b0 += w0[k] * high;
-            a1 += w1[k] * low, b1 += w1[k] * high;
-            a2 += w2[k] * low, b2 += w2[k] * high;
-            a3 += w3[k] * low, b3 += w3[k] * high;
+            vec8 value_low = load8(value), value_high = load8(value + 8);
+            for (int i = 0; i < n; i++) {
+                const float weight = weights[i][k];
+                low[i] += weight * value_low, high[i] += weight * value_high;
+            }
         }
-        vec8 sums[ROW_TILE][2] = {{a0, b0}, {a1, b1}, {a2, b2}, {a3, b3}};
         for (int i = 0; i < n; i++) {
             float *out = outs[i] + d0;
-            store16(out, load8(out) + sums[i][0], load8(out + 8) + sums[i][1]);
+            store16(out, load8(out) + low[i], load8(out + 8) + high[i]);
         }
+    }
+}
+
+// The tiles for 1..ROW_TILE rows, each compiled with its row count fixed: a head group of 3
+// (SmolLM2's) computes 3 rows, not 4.
+static void block_scores(const float *const *queries, int n, const float *keys, int dim,
+                         int block_size, int64_t keys_here, float scale, float *const *scores) {
+    switch (n) {
+        case 1: scores_tile(queries, 1, keys, dim, block_size, keys_here, scale, scores); break;
+        case 2: scores_tile(queries, 2, keys, dim, block_size, keys_here, scale, scores); break;
+        case 3: scores_tile(queries, 3, keys, dim, block_size, keys_here, scale, scores); break;
+        default: scores_tile(queries, 4, keys, dim, block_size, keys_here, scale, scores);
+    }
+}
+
+static void block_values(const float *const *weights, int n, const float *values, int dim,
+                         int64_t keys_here, float *const *outs) {
+    switch (n) {
+        case 1: values_tile(weights, 1, values, dim, keys_here, outs); break;
+        case 2: values_tile(weights, 2, values, dim, keys_here, outs); break;
+        case 3: values_tile(weights, 3, values, dim, keys_here, outs); break;
+        default: values_tile(weights, 4, values, dim, keys_here, outs);
     }
 }
 

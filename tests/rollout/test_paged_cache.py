@@ -180,6 +180,21 @@ def test_the_cpu_attention_kernel_equals_gathered_attention(heads, kv_heads, dim
     assert kernels.paged_attention(q.double(), k_pool, v_pool, tables, positions) is None
 
 
+def test_the_kernel_declines_shapes_its_register_tiles_do_not_take():
+    """Head dims or block sizes that are not multiples of 16 (or blocks over 64) go to
+    gathered attention: the kernel answers None rather than reading past a block."""
+    from ascent.rollout import kernels
+
+    assert kernels.library() is not None
+    for dim, block_size in ((24, 16), (16, 8), (16, 128)):
+        q = torch.randn(2, 2, 1, dim)
+        k_pool = torch.randn(4, 1, dim, block_size)
+        v_pool = torch.randn(4, 1, block_size, dim)
+        tables = torch.tensor([[1], [2]])
+        positions = torch.tensor([[3], [0]])
+        assert kernels.paged_attention(q, k_pool, v_pool, tables, positions) is None
+
+
 def test_without_the_kernel_the_engine_gathers_and_agrees(model, monkeypatch):
     """No C compiler (or ASCENT_C_KERNELS=0): the same tokens through gathered SDPA, for
     fresh prompts, a later turn after cached context, and decoding."""

@@ -216,7 +216,6 @@ class DecoderRunner:
         that hold positions 0..positions[b]."""
         hidden = self.base.embed_tokens(tokens[:, None])
         cos, sin = self.base.rotary_emb(hidden, positions[:, None])
-
         batch = PagedBatch.of(tables, positions[:, None], slots, cache.block_size)
 
         def attend(index: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:

@@ -129,6 +129,8 @@ def paged_attention(
         dim**-0.5,
         torch.get_num_threads(),
     )
+    if status == -2:  # the checks above make this unreachable; say so if they drift
+        raise RuntimeError(f"the CPU attention kernel refused block {block_size} x dim {dim}")
     if status != 0:
         raise MemoryError("the CPU attention kernel could not allocate its score buffer")
     return out

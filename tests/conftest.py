@@ -66,3 +66,12 @@ def prompts(tmp_path_factory):
     (folder / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     (folder / "val.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows[:16]))
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory):
+    """A tiny Qwen2.5-VL (vision tower of two blocks), its tokenizer with the vision tokens
+    and its image processor, saved to disk."""
+    from ascent.models.tiny_vlm import build_tiny_vlm
+
+    return str(build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "model", seed=0))

@@ -23,7 +23,15 @@ from pydantic import Field
 from ascent.batch import Batch
 from ascent.data.chat import check_messages, check_tools, render_chat
 from ascent.data.files import MalformedRow, Row, read_rows
+from ascent.data.images import (
+    IMAGES_HELP,
+    MAX_PIXELS_HELP,
+    RowImages,
+    image_messages,
+    row_image_urls,
+)
 from ascent.engine.config import Strict
+from ascent.vision.images import DEFAULT_MAX_PIXELS
 
 
 class RLDataConfig(Strict):
@@ -47,6 +55,8 @@ class RLDataConfig(Strict):
     tools_key: str = Field(
         "tools", description="Field with the row's tool definitions (optional; chat prompts)."
     )
+    images_key: str = Field("images", description=IMAGES_HELP)
+    max_image_pixels: int = Field(DEFAULT_MAX_PIXELS, ge=1, description=MAX_PIXELS_HELP)
 
 
 @dataclass(frozen=True)
@@ -59,18 +69,24 @@ class RLPrompt:
     messages: list[dict] | None = None  # the chat prompt (an agent's environment starts here)
     tools: list[dict] | None = None  # the row's tool definitions (data.chat.check_tools form)
     prompt_id: str = ""  # where the row came from: "<file name>#<row>" (records of what trained)
+    images: tuple[str, ...] = ()  # data URLs of the prompt's images, in order (ascent.vision)
 
 
 PromptCheck = Callable[[RLPrompt], None]  # raises MalformedRow for a prompt a run cannot use
 
 
 def row_prompt(
-    row: Row, tokenizer: Any, config: RLDataConfig, check: PromptCheck | None = None
+    row: Row,
+    tokenizer: Any,
+    config: RLDataConfig,
+    check: PromptCheck | None = None,
+    images: RowImages | None = None,
 ) -> RLPrompt:
     """The prompt of one row; MalformedRow names the row, the field and what is wrong.
-    ``check`` adds the run's own conditions (such as tools an agent can run)."""
+    ``check`` adds the run's own conditions (such as tools an agent can run); ``images``:
+    how a vision-language model takes the row's images (None: a text model)."""
     try:
-        prompt = _prompt(row.data, tokenizer, config)
+        prompt = _prompt(row, tokenizer, config, images)
         if check is not None:
             check(prompt)
         return replace(prompt, prompt_id=f"{Path(row.source).name}#{row.index}")
@@ -78,7 +94,8 @@ def row_prompt(
         raise row.malformed(error) from error.__cause__  # keeps a template's own traceback
 
 
-def _prompt(data: dict, tokenizer: Any, config: RLDataConfig) -> RLPrompt:
+def _prompt(row: Row, tokenizer: Any, config: RLDataConfig, images: RowImages | None) -> RLPrompt:
+    data = row.data
     for key in ("data_source", "prompt", "reward_model"):
         if key not in data or data[key] is None:
             raise MalformedRow(f"missing field {key!r} (verl schema)")
@@ -89,13 +106,21 @@ def _prompt(data: dict, tokenizer: Any, config: RLDataConfig) -> RLPrompt:
     tools = data.get(config.tools_key)
     if tools is not None:
         tools = check_tools(tools, config.tools_key)
+    urls = row_image_urls(row, config.images_key, images)
     if config.chat_template:
         if isinstance(prompt, str):
             prompt = [{"role": "user", "content": prompt}]
         check_messages(prompt, "prompt")
-        text = render_chat(tokenizer, prompt, tools=tools, generation=True)
+        shown = prompt if images is None else image_messages(prompt, urls)
+        text = render_chat(tokenizer, shown, tools=tools, generation=True)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if urls:
+            ids = images.tokens(ids, urls)
     else:
+        if urls:
+            raise MalformedRow(
+                "images are placed by the chat template: set data.chat_template=true"
+            )
         if not isinstance(prompt, str):
             raise MalformedRow("field 'prompt' must be text when chat_template=false")
         if tools is not None:
@@ -115,20 +140,25 @@ def _prompt(data: dict, tokenizer: Any, config: RLDataConfig) -> RLPrompt:
         data.get("ability"),
         prompt if config.chat_template else None,
         tools,
+        images=tuple(urls),
     )
 
 
 def load_rl_prompts(
-    paths: list[str], tokenizer: Any, config: RLDataConfig, check: PromptCheck | None = None
+    paths: list[str],
+    tokenizer: Any,
+    config: RLDataConfig,
+    check: PromptCheck | None = None,
+    images: RowImages | None = None,
 ) -> tuple[list[RLPrompt], Counter]:
     """Prompts of every row, and counts: rows, kept, too_long, skipped_malformed. A prompt
-    that fails ``check`` is a malformed row."""
+    that fails ``check`` is a malformed row; ``images`` as for ``row_prompt``."""
     counts: Counter = Counter()
     prompts = []
     for row in read_rows(paths):
         counts["rows"] += 1
         try:
-            prompt = row_prompt(row, tokenizer, config, check)
+            prompt = row_prompt(row, tokenizer, config, check, images)
         except MalformedRow:
             if config.malformed == "stop":
                 raise
@@ -178,7 +208,8 @@ class PromptStream:
 
 def prompts_batch(prompts: list[RLPrompt], pad_id: int, uid_prefix: str) -> Batch:
     """``prompts`` (B, P) left-padded with ``prompt_mask``; per-row uid (this batch's group
-    id), prompt_id (the data row), data_source, ground_truth, extra_info, raw_prompt, tools."""
+    id), prompt_id (the data row), data_source, ground_truth, extra_info, raw_prompt, tools,
+    images (a list of data URLs, empty for a text prompt)."""
     width = max(len(p.prompt_ids) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros(len(prompts), width, dtype=torch.long)
@@ -197,5 +228,6 @@ def prompts_batch(prompts: list[RLPrompt], pad_id: int, uid_prefix: str) -> Batc
             "extra_info": [p.extra_info for p in prompts],
             "raw_prompt": [p.messages for p in prompts],
             "tools": [p.tools for p in prompts],
+            "images": [list(p.images) for p in prompts],
         }
     )

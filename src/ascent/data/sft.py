@@ -23,7 +23,16 @@ from pydantic import Field
 
 from ascent.data.chat import check_messages, check_tools, render_chat
 from ascent.data.files import MalformedRow, Row, read_rows
+from ascent.data.images import (
+    IMAGES_HELP,
+    MAX_PIXELS_HELP,
+    RowImages,
+    image_messages,
+    row_image_urls,
+)
 from ascent.engine.config import Strict
+from ascent.vision.images import DEFAULT_MAX_PIXELS
+from ascent.vision.prompts import repeat_per_token
 
 
 class SFTDataConfig(Strict):
@@ -45,12 +54,27 @@ class SFTDataConfig(Strict):
     malformed: Literal["stop", "skip"] = Field(
         "stop", description="A malformed row stops loading with its location, or is skipped."
     )
+    images_key: str = Field("images", description=IMAGES_HELP)
+    max_image_pixels: int = Field(DEFAULT_MAX_PIXELS, ge=1, description=MAX_PIXELS_HELP)
 
 
 @dataclass(frozen=True)
 class SFTExample:
     input_ids: list[int]
     loss_mask: list[int]  # 1 on tokens the model learns to predict (never the first token)
+    images: tuple[str, ...] = ()  # data URLs of the images whose tokens input_ids holds
+
+
+def with_images(example: SFTExample, urls: list[str], images: "RowImages | None") -> SFTExample:
+    """The example with its image tokens expanded (none to expand for a text model)."""
+    if images is None:
+        return example
+    repeats = images.repeats(example.input_ids, urls)
+    return SFTExample(
+        repeat_per_token(example.input_ids, repeats),
+        repeat_per_token(example.loss_mask, repeats),
+        tuple(urls),
+    )
 
 
 def chat_example(tokenizer: Any, messages: list[dict], tools: list | None = None) -> SFTExample:
@@ -95,57 +119,75 @@ def plain_example(tokenizer: Any, prompt: str, response: str) -> SFTExample:
     return SFTExample([*prompt_ids, *response_ids], mask)
 
 
-def row_example(row: Row, tokenizer: Any, config: SFTDataConfig) -> SFTExample:
-    """The example of one row; MalformedRow names the row and the field."""
-    data = row.data
+def row_example(
+    row: Row, tokenizer: Any, config: SFTDataConfig, images: RowImages | None = None
+) -> SFTExample:
+    """The example of one row; MalformedRow names the row and the field. ``images``: how a
+    vision-language model takes the row's images (None: a text model)."""
     try:
-        if config.messages_key in data and data[config.messages_key] is not None:
-            messages = data[config.messages_key]
-            check_messages(messages, config.messages_key)
-            if config.template == "none":
-                raise MalformedRow("template 'none' takes prompt/response rows, not messages")
-            tools = data.get(config.tools_key)
-            if tools is not None:
-                tools = check_tools(tools, config.tools_key)
-            return chat_example(tokenizer, messages, tools)
-        for key in (config.prompt_key, config.response_key):
-            if key not in data:
-                raise MalformedRow(
-                    f"missing field {key!r} (rows need {config.messages_key!r}, or "
-                    f"{config.prompt_key!r} and {config.response_key!r})"
-                )
-        prompt, response = data[config.prompt_key], data[config.response_key]
-        if not isinstance(response, str):
-            raise MalformedRow(f"field {config.response_key!r} must be a string")
-        if config.template == "none":
-            if not isinstance(prompt, str):
-                raise MalformedRow(f"field {config.prompt_key!r} must be a string")
-            return plain_example(tokenizer, prompt, response)
-        turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-        check_messages(turns, config.prompt_key)
-        return chat_example(tokenizer, [*turns, {"role": "assistant", "content": response}])
+        return _example(row, tokenizer, config, images)
     except MalformedRow as error:
         raise row.malformed(error) from error.__cause__  # keeps a template's own traceback
 
 
+def _example(
+    row: Row, tokenizer: Any, config: SFTDataConfig, images: RowImages | None
+) -> SFTExample:
+    data = row.data
+    urls = row_image_urls(row, config.images_key, images)
+
+    def shown(messages: list[dict]) -> list[dict]:
+        return messages if images is None else image_messages(messages, urls)
+
+    if config.messages_key in data and data[config.messages_key] is not None:
+        messages = data[config.messages_key]
+        check_messages(messages, config.messages_key)
+        if config.template == "none":
+            raise MalformedRow("template 'none' takes prompt/response rows, not messages")
+        tools = data.get(config.tools_key)
+        if tools is not None:
+            tools = check_tools(tools, config.tools_key)
+        return with_images(chat_example(tokenizer, shown(messages), tools), urls, images)
+    for key in (config.prompt_key, config.response_key):
+        if key not in data:
+            raise MalformedRow(
+                f"missing field {key!r} (rows need {config.messages_key!r}, or "
+                f"{config.prompt_key!r} and {config.response_key!r})"
+            )
+    prompt, response = data[config.prompt_key], data[config.response_key]
+    if not isinstance(response, str):
+        raise MalformedRow(f"field {config.response_key!r} must be a string")
+    if config.template == "none":
+        if not isinstance(prompt, str):
+            raise MalformedRow(f"field {config.prompt_key!r} must be a string")
+        if urls:
+            raise MalformedRow("images are placed by the chat template: use data.template=chat")
+        return plain_example(tokenizer, prompt, response)
+    turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    check_messages(turns, config.prompt_key)
+    conversation = shown([*turns, {"role": "assistant", "content": response}])
+    return with_images(chat_example(tokenizer, conversation), urls, images)
+
+
 def load_sft_examples(
-    paths: list[str], tokenizer: Any, config: SFTDataConfig
+    paths: list[str], tokenizer: Any, config: SFTDataConfig, images: RowImages | None = None
 ) -> tuple[list[SFTExample], Counter]:
     """Examples of every row, and counts of what happened to the rows (reported to the user):
-    rows, kept, truncated, dropped_overlong, dropped_no_loss, skipped_malformed."""
+    rows, kept, truncated, dropped_overlong, dropped_no_loss, skipped_malformed. An example
+    with images is dropped rather than cut (a cut image would not match its tokens)."""
     counts: Counter = Counter()
     examples = []
     for row in read_rows(paths):
         counts["rows"] += 1
         try:
-            example = row_example(row, tokenizer, config)
+            example = row_example(row, tokenizer, config, images)
         except MalformedRow:
             if config.malformed == "stop":
                 raise
             counts["skipped_malformed"] += 1
             continue
         if len(example.input_ids) > config.max_length:
-            if config.overlong == "drop":
+            if config.overlong == "drop" or example.images:
                 counts["dropped_overlong"] += 1
                 continue
             counts["truncated"] += 1

@@ -35,6 +35,11 @@ class ModelConfig(Strict):
     lora: LoraSettings | None = Field(
         None, description="Train LoRA adapters instead of all weights."
     )
+    vision_tower: Literal["train", "freeze"] = Field(
+        "train",
+        description="Vision-language models: the vision tower (and its merger into the "
+        "language model) trains with the rest, or stays frozen (sharded either way).",
+    )
     packing: Literal["auto", "packed", "padded"] = Field(
         "auto",
         description="Rows packed without padding, or padded; auto: packed with flash-attention "

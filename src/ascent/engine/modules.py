@@ -6,6 +6,8 @@ whole micro-batch's logits) therefore has to happen *inside* a module's forward 
 weight; making this wrapper the root FSDP unit does exactly that, for tied and untied heads.
 """
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -34,13 +36,20 @@ class PolicyModule(nn.Module):
     forward(input_ids (1, N) or (B, L), position_ids like it, query_index (M,) into the
     flattened positions, targets (M,)) -> log_probs (M,), entropy (M,) (None when
     compute_entropy is False), float32, with logits / temperature exactly as the rollout
-    samples them.
+    samples them. A model family's own inputs (a vision-language model's ``pixel_values``,
+    ``image_grid_thw``, and M-RoPE planes as ``position_ids``) pass through ``model_inputs``;
+    ``extra_inputs`` is what builds them for this model (``__call__``) and keeps the ranks'
+    collectives in step when a micro-batch does not use them (``keep_in_step``; see
+    ``ascent.vision.forward``), or None for a text model.
     """
 
-    def __init__(self, model: nn.Module, chunk_tokens: int = 1024) -> None:
+    def __init__(
+        self, model: nn.Module, chunk_tokens: int = 1024, extra_inputs: Any = None
+    ) -> None:
         super().__init__()
         self.model = model
         self.chunk_tokens = chunk_tokens
+        self.extra_inputs = extra_inputs
 
     def forward(
         self,
@@ -51,14 +60,23 @@ class PolicyModule(nn.Module):
         temperature: float = 1.0,
         attention_mask: Tensor | None = None,
         compute_entropy: bool = True,
+        **model_inputs: Tensor,
     ) -> tuple[Tensor, Tensor | None]:
         lm = unwrap(self.model)
+        idle = (
+            None
+            if self.extra_inputs is None
+            else self.extra_inputs.keep_in_step(lm, model_inputs, input_ids.device)
+        )
         hidden = lm.base_model(
             input_ids=input_ids,
             position_ids=position_ids,
             attention_mask=attention_mask,
             use_cache=False,
+            **model_inputs,
         ).last_hidden_state
+        if idle is not None:
+            hidden = hidden + idle.to(hidden.dtype)
         hidden = hidden.flatten(0, 1).index_select(0, query_index)
         head = lm.get_output_embeddings()
         log_probs, entropy = token_log_probs_and_entropy_from_hidden(
@@ -78,12 +96,14 @@ class PolicyModule(nn.Module):
 class ValueModule(nn.Module):
     """Per-position values of a token-classification model with one output (the critic).
 
-    forward(input_ids, position_ids, query_index) -> values (M,) float32.
+    forward(input_ids, position_ids, query_index) -> values (M,) float32; ``model_inputs``
+    and ``extra_inputs`` as for ``PolicyModule``.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, extra_inputs: Any = None) -> None:
         super().__init__()
         self.model = model
+        self.extra_inputs = extra_inputs
 
     def forward(
         self,
@@ -91,13 +111,23 @@ class ValueModule(nn.Module):
         position_ids: Tensor,
         query_index: Tensor,
         attention_mask: Tensor | None = None,
+        **model_inputs: Tensor,
     ) -> Tensor:
+        extra = self.extra_inputs
+        idle = (
+            None
+            if extra is None
+            else extra.keep_in_step(unwrap(self.model), model_inputs, input_ids.device)
+        )
         scores = self.model(
             input_ids=input_ids,
             position_ids=position_ids,
             attention_mask=attention_mask,
             use_cache=False,
+            **model_inputs,
         ).logits  # (..., 1)
+        if idle is not None:
+            scores = scores + idle.to(scores.dtype)
         values = scores.flatten(0, -2).index_select(0, query_index).squeeze(-1)
         return values.to(torch.float32).clone()  # not a view: see PolicyModule.forward
 

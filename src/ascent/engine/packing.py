@@ -36,6 +36,19 @@ class PackedSequences:
     columns: Tensor  # (M,) response column (0..R-1) each query fills
     shape: tuple[int, int]  # (B, R)
     attention_mask: Tensor | None = None  # padded layout only: (B, L')
+    # Where each laid-out token comes from in the (B, L) rows: packed, its (row, column), (N,)
+    # each; padded, the kept columns [low, high).
+    token_rows: Tensor | None = None
+    token_columns: Tensor | None = None
+    kept_columns: tuple[int, int] | None = None
+
+    def lay_out(self, per_token: Tensor) -> Tensor:
+        """A per-token tensor of the unpacked rows, (..., B, L), laid out like ``input_ids``:
+        (..., 1, N) packed, (..., B, L') padded (e.g. the three M-RoPE position planes)."""
+        if self.kept_columns is not None:
+            low, high = self.kept_columns
+            return per_token[..., low:high]
+        return per_token[..., self.token_rows, self.token_columns].unsqueeze(-2)
 
     @property
     def num_tokens(self) -> int:
@@ -99,6 +112,8 @@ def pack_for_targets(
             input_ids=packed_ids.unsqueeze(0),
             position_ids=positions.unsqueeze(0),
             query_index=query_index,
+            token_rows=rows,
+            token_columns=cols,
             **common,
         )
     used = valid.any(dim=0).nonzero(as_tuple=True)[0]
@@ -109,5 +124,6 @@ def pack_for_targets(
         position_ids=(valid[:, low:high].long().cumsum(-1) - 1).clamp(min=0),
         query_index=rows[query_index] * width + (cols[query_index] - low),
         attention_mask=attention_mask[:, low:high],
+        kept_columns=(low, high),
         **common,
     )

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ascent.errors import InputNotFound
+from ascent.vision.prompts import is_vision_language
 
 
 def _local_dir(path: str | Path) -> Path:
@@ -61,12 +62,27 @@ def load_causal_lm(
     trust_remote_code: bool = False,
     attn_implementation: str = "sdpa",
 ) -> nn.Module:
-    """An ``AutoModelForCausalLM`` from ``path``, on the CPU, in ``dtype``."""
-    from transformers import AutoModelForCausalLM
-
+    """The generative model at ``path``, on the CPU, in ``dtype``: an
+    ``AutoModelForCausalLM``, or for a vision-language checkpoint (one whose config has a
+    ``vision_config``, e.g. Qwen2.5-VL) an ``AutoModelForImageTextToText``, which is its
+    causal LM with the vision tower in front."""
+    directory = _local_dir(path)
     return _from_pretrained(
-        AutoModelForCausalLM, _local_dir(path), None, dtype, trust_remote_code, attn_implementation
+        generative_auto_class(directory, trust_remote_code),
+        directory,
+        None,
+        dtype,
+        trust_remote_code,
+        attn_implementation,
     )
+
+
+def generative_auto_class(directory: Path, trust_remote_code: bool = False) -> type:
+    """The auto class that loads the checkpoint's generative model (see load_causal_lm)."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    config = _checkpoint_config(directory, trust_remote_code)
+    return AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
 
 
 def causal_lm_from_config(config: object, *, seed: int = 0) -> nn.Module:

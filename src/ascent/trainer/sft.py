@@ -6,10 +6,13 @@ optimiser step each, validation loss every ``val_every`` steps, checkpoints in t
 the RL trainer resumes from, and a transformers export at the end.
 """
 
+from dataclasses import replace
+
 from pydantic import Field
 
 from ascent.batch import Batch
 from ascent.batch.fields import right_padded
+from ascent.data.images import row_images_for
 from ascent.data.sft import SFTDataConfig, SFTExample, load_sft_examples
 from ascent.engine import FSDPConfig, ModelConfig, OptimConfig
 from ascent.engine.config import Strict
@@ -45,18 +48,21 @@ class SFTConfig(Strict):
 
 
 def collate(examples: list[SFTExample], pad_id: int) -> Batch:
-    """Right-padded (B, L) input_ids, attention_mask and loss_mask."""
+    """Right-padded (B, L) input_ids, attention_mask and loss_mask; per row, its images."""
     ids, attention = right_padded([e.input_ids for e in examples], pad_id)
     loss, _ = right_padded([e.loss_mask for e in examples])
-    return Batch.from_dict({"input_ids": ids, "attention_mask": attention, "loss_mask": loss})
+    fields = {"input_ids": ids, "attention_mask": attention, "loss_mask": loss}
+    return Batch.from_dict(fields | {"images": [list(e.images) for e in examples]})
 
 
 def train_sft(config: SFTConfig) -> dict:
     """Run SFT; returns the validation losses [(step, loss)], the final train loss and where
     things went (``ascent.trainer.supervised``)."""
     tokenizer = load_tokenizer(config.model.path, trust_remote_code=config.model.trust_remote_code)
-    train, counts = load_sft_examples(config.data.train_files, tokenizer, config.data)
-    val, val_counts = load_sft_examples(config.data.val_files, tokenizer, config.data)
+    model = config.model
+    images = row_images_for(model.path, config.data.max_image_pixels, model.trust_remote_code)
+    train, counts = load_sft_examples(config.data.train_files, tokenizer, config.data, images)
+    val, val_counts = load_sft_examples(config.data.val_files, tokenizer, config.data, images)
     print(f"sft data: train {dict(counts)}; validation {dict(val_counts)}")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     task = SupervisedTask(
@@ -69,7 +75,7 @@ def train_sft(config: SFTConfig) -> dict:
             tokens_per_micro_batch=config.trainer.tokens_per_micro_batch,
         ),
         collate=lambda examples: collate(examples, pad_id),
-        padding=lambda example: SFTExample(example.input_ids, [0] * len(example.input_ids)),
+        padding=lambda example: replace(example, loss_mask=[0] * len(example.input_ids)),
         val_metrics=lambda sums: {"val/loss": sums["nll"] / max(sums["tokens"], 1.0)},
         console=["sft/loss", "sft/grad_norm", "sft/lr", "val/loss", "timing_s/step"],
     )

@@ -19,12 +19,14 @@ from ascent.controller import Dispatch, register
 from ascent.engine.config import ModelConfig
 from ascent.engine.export import export_hf
 from ascent.engine.fsdp import TrainEngine
-from ascent.engine.modules import PolicyModule
+from ascent.engine.modules import PolicyModule, unwrap
 from ascent.engine.packing import PackedSequences, pack_for_responses
 from ascent.engine.state import load_engine, save_engine
 from ascent.engine.token_budget import synchronized_micro_batches
 from ascent.models.loading import load_causal_lm
 from ascent.models.lora import apply_lora
+from ascent.vision.forward import VisionForwardInputs
+from ascent.vision.prompts import is_vision_language, vision_tower
 from ascent.workers.config import MicroBatching
 from ascent.workers.metrics import MetricAccumulator
 
@@ -51,6 +53,23 @@ def pack(batch: Batch, device: torch.device, packed: bool) -> PackedSequences:
     return pack_for_responses(ids, mask, response_length(batch), packed=packed)
 
 
+def model_inputs(
+    module: nn.Module, batch: Batch, inputs: PackedSequences, device: torch.device
+) -> dict[str, Tensor]:
+    """The forward's inputs beyond the ids: ``position_ids``, and for rows with images (field
+    ``images``) what the module's ``extra_inputs`` builds from them (pixel values, grids and
+    M-RoPE planes in place of the plain positions)."""
+    images = batch.get("images")
+    if not images or not any(images):
+        return {"position_ids": inputs.position_ids}
+    if module.extra_inputs is None:
+        raise ValueError(
+            f"rows have images but the model ({type(unwrap(module.model)).__name__}) is not a "
+            "vision-language model: use one (e.g. Qwen2.5-VL), or data without an images column"
+        )
+    return module.extra_inputs(batch["input_ids"], batch["attention_mask"], images, inputs, device)
+
+
 def policy_forward(
     module: nn.Module, batch: Batch, device: torch.device, temperature: float, packed: bool
 ) -> tuple[Tensor, Tensor]:
@@ -58,11 +77,11 @@ def policy_forward(
     inputs = pack(batch, device, packed)
     log_probs, entropy = module(
         inputs.input_ids,
-        inputs.position_ids,
-        inputs.query_index,
-        inputs.targets,
-        temperature,
+        query_index=inputs.query_index,
+        targets=inputs.targets,
+        temperature=temperature,
         attention_mask=inputs.attention_mask,
+        **model_inputs(module, batch, inputs, device),
     )
     return inputs.unpack(log_probs), inputs.unpack(entropy)
 
@@ -72,9 +91,9 @@ def value_forward(module: nn.Module, batch: Batch, device: torch.device, packed:
     inputs = pack(batch, device, packed)
     values = module(
         inputs.input_ids,
-        inputs.position_ids,
-        inputs.query_index,
+        query_index=inputs.query_index,
         attention_mask=inputs.attention_mask,
+        **model_inputs(module, batch, inputs, device),
     )
     return inputs.unpack(values)
 
@@ -88,17 +107,35 @@ def load_policy_model(model_cfg: ModelConfig) -> nn.Module:
     )
 
 
+def extra_inputs_for(model: nn.Module, model_cfg: ModelConfig) -> VisionForwardInputs | None:
+    """What builds the model family's own forward inputs (see ``PolicyModule``): images for
+    a vision-language model, nothing for a text model. Built before LoRA wraps the model."""
+    if not is_vision_language(model.config):
+        return None
+    return VisionForwardInputs(model, model_cfg.path)
+
+
+def policy_module(model_cfg: ModelConfig, chunk_tokens: int) -> PolicyModule:
+    """The checkpoint of ``model_cfg`` in a PolicyModule (LoRA adapters on it when
+    ``model_cfg.lora`` is set), with its family's extra inputs."""
+    model = load_policy_model(model_cfg)
+    extra = extra_inputs_for(model, model_cfg)
+    tower = vision_tower(model) if extra is not None else None
+    if model_cfg.lora is not None:
+        model = apply_lora(model, model_cfg.lora)
+    if tower is not None and model_cfg.vision_tower == "freeze":
+        tower.requires_grad_(False)  # after LoRA: no adapters train inside it either
+    return PolicyModule(model, chunk_tokens=chunk_tokens, extra_inputs=extra)
+
+
 def trainable_policy_engine(settings: Any, device: torch.device) -> TrainEngine:
     """A trained causal LM on the FSDP2 engine (the actor, the implicit PRM):
     ``settings.model``'s checkpoint, LoRA adapters on it when ``model.lora`` is set, in a
     PolicyModule that computes log-probs in chunks of ``settings.chunk_tokens``, sharded by
     ``settings.fsdp`` and stepped by ``settings.optim``."""
     model_cfg = settings.model
-    model = load_policy_model(model_cfg)
-    if model_cfg.lora is not None:
-        model = apply_lora(model, model_cfg.lora)
     return TrainEngine(
-        PolicyModule(model, chunk_tokens=settings.chunk_tokens),
+        policy_module(model_cfg, settings.chunk_tokens),
         device=device,
         fsdp=settings.fsdp,
         optim=settings.optim,

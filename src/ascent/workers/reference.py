@@ -2,8 +2,8 @@
 
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
-from ascent.engine import PolicyModule, TrainEngine
-from ascent.workers.common import load_policy_model, require, response_log_probs
+from ascent.engine import TrainEngine
+from ascent.workers.common import policy_module, require, response_log_probs
 from ascent.workers.config import ReferenceConfig
 
 
@@ -14,10 +14,10 @@ class ReferenceWorker(Worker):
     def __init__(self, config: ReferenceConfig | dict) -> None:
         self.config = ReferenceConfig.model_validate(config)
         self.packed = self.config.model.packed
-        model = load_policy_model(self.config.model)
-        model.requires_grad_(False)
+        module = policy_module(self.config.model, self.config.chunk_tokens)
+        module.requires_grad_(False)
         self.engine = TrainEngine(
-            PolicyModule(model, chunk_tokens=self.config.chunk_tokens),
+            module,
             device=self.device,
             fsdp=self.config.fsdp,
             optim=None,

@@ -6,13 +6,18 @@ from pydantic import Field
 from ascent.algos import LossNormalizer
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
-from ascent.engine import FSDPConfig, ModelConfig, OptimConfig, PolicyModule, TrainEngine
+from ascent.engine import FSDPConfig, ModelConfig, OptimConfig, TrainEngine
 from ascent.engine.config import Strict
 from ascent.engine.packing import pack_for_targets
 from ascent.engine.token_budget import synchronized_micro_batches
-from ascent.models.loading import load_causal_lm
-from ascent.models.lora import apply_lora
-from ascent.workers.common import EngineCheckpoints, require, token_counts, train
+from ascent.workers.common import (
+    EngineCheckpoints,
+    model_inputs,
+    policy_module,
+    require,
+    token_counts,
+    train,
+)
 from ascent.workers.config import MicroBatching
 
 FIELDS = ("input_ids", "attention_mask", "loss_mask")
@@ -38,15 +43,8 @@ class SFTWorker(EngineCheckpoints, Worker):
         self.config = SFTWorkerConfig.model_validate(config)
         cfg = self.config
         self.packed = cfg.model.packed
-        model = load_causal_lm(
-            cfg.model.path,
-            trust_remote_code=cfg.model.trust_remote_code,
-            attn_implementation=cfg.model.attn_implementation,
-        )
-        if cfg.model.lora is not None:
-            model = apply_lora(model, cfg.model.lora)
         self.engine = TrainEngine(
-            PolicyModule(model, chunk_tokens=cfg.chunk_tokens),
+            policy_module(cfg.model, cfg.chunk_tokens),
             device=self.device,
             fsdp=cfg.fsdp,
             optim=cfg.optim,
@@ -61,13 +59,14 @@ class SFTWorker(EngineCheckpoints, Worker):
             micro["loss_mask"].to(self.device),
             packed=self.packed,
         )
-        log_probs, _ = self.engine.module(
+        module = self.engine.module
+        log_probs, _ = module(
             inputs.input_ids,
-            inputs.position_ids,
-            inputs.query_index,
-            inputs.targets,
+            query_index=inputs.query_index,
+            targets=inputs.targets,
             attention_mask=inputs.attention_mask,
             compute_entropy=False,
+            **model_inputs(module, micro, inputs, self.device),
         )
         return -log_probs.sum()
 

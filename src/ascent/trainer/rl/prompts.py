@@ -2,18 +2,21 @@
 
 from typing import Any
 
+from ascent.data.images import row_images_for
 from ascent.data.rl import PromptCheck, RLDataConfig, RLPrompt, load_rl_prompts
+from ascent.engine.config import ModelConfig
 from ascent.trainer.run_dir import CannotStart
 
 
 def load_run_prompts(
-    data: RLDataConfig, tokenizer: Any, check: PromptCheck | None
+    data: RLDataConfig, tokenizer: Any, check: PromptCheck | None, model: ModelConfig
 ) -> tuple[list[RLPrompt], list[RLPrompt]]:
     """The training prompts and the validation prompts (at most ``data.val_max_prompts``),
-    each row checked by ``check``; their counts printed. Refuses a step larger than the
-    data."""
-    train, counts = load_rl_prompts(data.train_files, tokenizer, data, check)
-    val, val_counts = load_rl_prompts(data.val_files, tokenizer, data, check)
+    each row checked by ``check``, with their images when ``model`` is a vision-language
+    model; their counts printed. Refuses a step larger than the data."""
+    images = row_images_for(model.path, data.max_image_pixels, model.trust_remote_code)
+    train, counts = load_rl_prompts(data.train_files, tokenizer, data, check, images)
+    val, val_counts = load_rl_prompts(data.val_files, tokenizer, data, check, images)
     print(f"prompts: train {dict(counts)}; validation {dict(val_counts)}")
     if len(train) < data.prompts_per_step:
         raise CannotStart(

@@ -44,7 +44,7 @@ class RLRun:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.rows = row_kind(config.rollout.agent)
         train, self.val_prompts = load_run_prompts(
-            config.data, self.tokenizer, self.rows.prompt_check()
+            config.data, self.tokenizer, self.rows.prompt_check(), config.model
         )
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,7 @@ def changed(model_dir: str) -> dict[str, object]:
         "model.gradient_checkpointing": True,
         "model.lora": {"rank": 4},
         "model.packing": "padded",
+        "model.vision_tower": "freeze",
         "max_num_seqs": 3,
         "max_model_len": 96,
         "kv_cache_bytes": 1 << 30,

@@ -61,6 +61,7 @@ def vision_rl_batch(
     return Batch.from_dict(
         {
             "prompts": prompt_ids,
+            "prompt_mask": prompt_mask,
             "responses": responses,
             "input_ids": torch.cat([prompt_ids, responses], dim=1),
             "attention_mask": torch.cat([prompt_mask, response_mask], dim=1),

@@ -83,7 +83,8 @@ class Admission:
         while waiting and seats > 0:
             job = waiting[0]
             tokens = job.tokens
-            prefix = cache.blocks.lookup(tokens, len(tokens) - 1)  # compute one at least
+            salt = job.request.prefix_salt
+            prefix = cache.blocks.lookup(tokens, len(tokens) - 1, salt)  # compute one at least
             found = prefix.blocks
             start = len(found) * size + prefix.partial_length
             new_blocks = math.ceil(len(tokens) / size) - len(found)
@@ -137,6 +138,7 @@ class Admission:
             slots=torch.tensor(slots, dtype=torch.long, device=device),
             tables=cache.table_tensor([p.table for p in planned]),
             fresh=all(p.start == 0 for p in planned),
+            visions=tuple(p.job.request.vision for p in planned),
         )
 
     def _alone(
@@ -187,6 +189,7 @@ class Admission:
                         cache.copy_block(table[full], copy)
                         table[full] = copy
                 rows.append(Running(request, sample_index, len(tokens), limit, list(tokens), table))
+        root = cache.blocks.root_for(plan.job.request.prefix_salt)
         for row in rows:
-            row.cached, row.names, row.root = len(tokens), plan.names[:full], cache.blocks.root
+            row.cached, row.names, row.root = len(tokens), plan.names[:full], root
         return rows

@@ -20,7 +20,15 @@ from ascent.rollout.kv_cache import PagedKVCache
 from ascent.rollout.paged_attention import PagedBatch
 
 HEAD_ROWS = 1024  # vocabulary rows per slice of the output head on a CPU (see _logits)
-SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
+SUPPORTED = (
+    "LlamaForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "MistralForCausalLM",
+    # vision-language: a Qwen2 language model behind a vision tower (``ascent.rollout.vision``)
+    "Qwen2VLForConditionalGeneration",
+    "Qwen2_5_VLForConditionalGeneration",
+)
 
 
 @dataclass(frozen=True)
@@ -97,16 +105,17 @@ def rotate(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
 
 
 class DecoderRunner:
-    """Runs ``model`` (a supported transformers causal LM) step by step."""
+    """Runs ``model`` (a supported transformers causal LM) step by step; ``vision`` (a
+    ``VisionPrefill``) for a vision-language model."""
 
-    def __init__(self, model: nn.Module, max_len: int) -> None:
+    def __init__(self, model: nn.Module, max_len: int, vision: object | None = None) -> None:
         name = type(model).__name__
         if name not in SUPPORTED:
             raise ValueError(
                 f"the native rollout engine supports {', '.join(SUPPORTED)}; {name} is not "
                 "one of them: use the transformers reference engine for it"
             )
-        config = model.config
+        config = model.config.get_text_config()
         if getattr(config, "hidden_act", "silu") != "silu":
             raise ValueError(
                 f"{name} uses activation {config.hidden_act!r}; only silu is supported"
@@ -118,8 +127,8 @@ class DecoderRunner:
                 f"{name} attends within a sliding window of {window} < max_len {max_len}; "
                 "not supported by the native engine"
             )
-        self.model = model
-        self.base = model.model
+        self.model, self.vision = model, vision
+        self.base = getattr(model.model, "language_model", model.model)  # the text model
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
@@ -191,7 +200,10 @@ class DecoderRunner:
         ids = chunk.ids
         positions = chunk.starts[:, None] + torch.arange(ids.shape[1], device=ids.device)
         hidden = self.base.embed_tokens(ids)
-        cos, sin = self.base.rotary_emb(hidden, positions)
+        rope = positions
+        if any(v is not None for v in chunk.visions):
+            hidden, rope = self._with_images(hidden, positions, chunk)
+        cos, sin = self.base.rotary_emb(hidden, rope)
         fresh = chunk.fresh
         batch = PagedBatch.of(chunk.tables, positions, chunk.slots, cache.block_size)
 
@@ -207,15 +219,43 @@ class DecoderRunner:
         last = hidden[torch.arange(ids.shape[0], device=ids.device), chunk.lengths - 1]
         return self._logits(last)
 
+    def _with_images(
+        self, hidden: Tensor, positions: Tensor, chunk: "PrefillChunk"
+    ) -> tuple[Tensor, Tensor]:
+        """The chunk's embeddings with image features on the image tokens, and its rotary
+        positions as three planes (3, P, T) (``ascent.rollout.vision``)."""
+        hidden = hidden.clone()
+        planes = positions[None].expand(3, -1, -1).clone()
+        length = positions.shape[1]
+        for row, vision in enumerate(chunk.visions):
+            if vision is None:
+                continue
+            start = int(chunk.starts[row])
+            planes[:, row] = vision.rope_positions(start, start + length).to(planes.device)
+            image_rows = vision.image_rows[start : start + int(chunk.lengths[row])]
+            here = (image_rows >= 0).nonzero(as_tuple=True)[0]
+            if here.numel():
+                features = self.vision.features(vision, hidden.device, hidden.dtype)
+                hidden[row, here.to(hidden.device)] = features[image_rows[here]]
+        return hidden, planes
+
     @torch.no_grad()
     def decode(
-        self, cache: PagedKVCache, tokens: Tensor, positions: Tensor, tables: Tensor, slots: Tensor
+        self,
+        cache: PagedKVCache,
+        tokens: Tensor,
+        positions: Tensor,
+        tables: Tensor,
+        slots: Tensor,
+        rope_shift: Tensor | None = None,
     ) -> Tensor:
         """One token for each of B sequences -> logits (B, V). tokens, positions and slots
         (the flat cache row each new key goes to) are (B,); tables (B, nb) list the blocks
-        that hold positions 0..positions[b]."""
+        that hold positions 0..positions[b]. ``rope_shift`` (B,): how far each token's
+        rotary position is from its index (multimodal RoPE after images; None: 0)."""
         hidden = self.base.embed_tokens(tokens[:, None])
-        cos, sin = self.base.rotary_emb(hidden, positions[:, None])
+        rope = positions if rope_shift is None else positions + rope_shift
+        cos, sin = self.base.rotary_emb(hidden, rope[:, None])
         batch = PagedBatch.of(tables, positions[:, None], slots, cache.block_size)
 
         def attend(index: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -233,7 +273,8 @@ class PrefillChunk:
     ids (P, T) right-padded with lengths (P,); starts (P,): positions already cached per row;
     valid (P, T): the real tokens; slots (N,): the flat cache row of each valid token, in
     row-major order; tables (P, nb): each row's blocks after the write; fresh: no row has
-    cached positions (attention needs no blocks).
+    cached positions (attention needs no blocks); visions: per row, its prompt's prepared
+    images (``PromptVision``) or None.
     """
 
     ids: Tensor
@@ -243,3 +284,4 @@ class PrefillChunk:
     slots: Tensor
     tables: Tensor
     fresh: bool
+    visions: tuple = ()

@@ -26,6 +26,8 @@ from ascent.rollout.kv_cache import PagedKVCache
 from ascent.rollout.requests import EngineRequest
 from ascent.rollout.scheduler import Scheduler
 from ascent.rollout.types import Sample, SamplingParams
+from ascent.rollout.vision import VisionPrefill
+from ascent.vision.prompts import is_vision_language
 
 
 def load_generation_model(settings: EngineSettings, device: torch.device) -> nn.Module:
@@ -67,11 +69,17 @@ class NativeEngine:
         max_prefill_tokens: int = 8192,
         tokenizer: object | None = None,
         cuda_graphs: bool = True,
+        model_dir: str | None = None,
     ) -> None:
         self.model = model.eval().requires_grad_(False)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.runner = DecoderRunner(model, max_model_len)
+        self.vision = None
+        if is_vision_language(model.config):
+            if model_dir is None:
+                raise ValueError("a vision-language model needs model_dir (its image processor)")
+            self.vision = VisionPrefill(model, model_dir)
+        self.runner = DecoderRunner(model, max_model_len, self.vision)
         self.vocab_size = model.get_input_embeddings().num_embeddings  # valid ids: [0, this)
         self.max_model_len = max_model_len
         self.max_prefill_tokens = max_prefill_tokens
@@ -87,7 +95,8 @@ class NativeEngine:
             memory_bytes=kv_cache_bytes,
         )
         self.cuda_graphs = cuda_graphs  # asked for; used on CUDA only
-        self.use_cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        # Captured steps have no per-row rotary shift (multimodal RoPE): eager for a VLM.
+        self.use_cuda_graphs = cuda_graphs and self.device.type == "cuda" and self.vision is None
         self.graphs = None
         self.generator = torch.Generator(device=self.device)  # for requests without a seed
         self.generator.seed()
@@ -119,6 +128,7 @@ class NativeEngine:
             kv_cache_bytes=settings.kv_cache_bytes,
             tokenizer=tokenizer,
             cuda_graphs=settings.cuda_graphs,
+            model_dir=settings.model.path,
         )
 
     # -- memory and weights -------------------------------------------------------------
@@ -170,9 +180,18 @@ class NativeEngine:
             for name, tensor in named_tensors
         )
 
-    def decode(self, tokens: Tensor, positions: Tensor, tables: Tensor, slots: Tensor) -> Tensor:
+    def decode(
+        self,
+        tokens: Tensor,
+        positions: Tensor,
+        tables: Tensor,
+        slots: Tensor,
+        rope_shift: Tensor | None = None,
+    ) -> Tensor:
         """One decode step for the running sequences: CUDA graphs when enabled on CUDA,
         else the eager pass."""
+        if rope_shift is not None:
+            return self.runner.decode(self.cache, tokens, positions, tables, slots, rope_shift)
         if self.use_cuda_graphs:
             if self.graphs is None or self.graphs.stale:
                 from ascent.rollout.cuda_graphs import GraphedDecoder
@@ -209,8 +228,21 @@ class NativeEngine:
 
     def add_request(self, request: EngineRequest) -> None:
         """Queue a request; it joins the running batch at the next ``step``."""
-        self.check_request(request.prompt, request.params, f"prompt {request.index}")
+        where = f"prompt {request.index}"
+        self.check_request(request.prompt, request.params, where)
+        self.prepare_images(request, where)
         self._queue(request)
+
+    def prepare_images(self, request: EngineRequest, where: str) -> None:
+        """Prepare the request's images (``ascent.rollout.vision``); ValueError naming
+        ``where`` for images the model cannot take."""
+        if not request.images:
+            return
+        if self.vision is None:
+            raise ValueError(
+                f"{where} has images but {type(self.model).__name__} is not a vision-language model"
+            )
+        request.vision = self.vision.prepare(request.prompt, list(request.images), where)
 
     def _queue(self, request: EngineRequest) -> None:
         self.cache.wake()
@@ -236,16 +268,25 @@ class NativeEngine:
         self.scheduler.add(request)
         self.scheduler.abort(request)
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
-        """``sampling.n`` samples for every prompt (token ids), ordered by prompt then sample."""
+    def generate(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        images: list[list[str]] | None = None,
+    ) -> list[Sample]:
+        """``sampling.n`` samples for every prompt (token ids; ``images``: each prompt's
+        images as data URLs), ordered by prompt then sample."""
+        images = images or [[] for _ in prompts]
         for index, prompt in enumerate(prompts):  # all of them before any is queued
             self.check_request(prompt, sampling, f"prompt {index}")
         generator = self.seeded_generator(sampling)  # one stream: reproducible per call
         done: list[Sample] = []
         requests = [
-            EngineRequest(prompt, sampling, done.append, None, generator, index)
-            for index, prompt in enumerate(prompts)
+            EngineRequest(prompt, sampling, done.append, None, generator, index, tuple(urls))
+            for index, (prompt, urls) in enumerate(zip(prompts, images, strict=True))
         ]
+        for request in requests:
+            self.prepare_images(request, f"prompt {request.index}")
         for request in requests:
             self._queue(request)
         try:

@@ -93,6 +93,7 @@ TRAINING_ONLY = {
     "model.lora": "training only: the rollout generates with merged weights (LoRA is dropped "
     "from its model config, and refreshes carry the merged tensors)",
     "model.packing": "training only: how rows are laid out for the trainer's forward",
+    "model.vision_tower": "training only: whether the trainer updates the vision tower",
 }
 
 

@@ -106,12 +106,19 @@ class BlockAllocator:
             self.index[name] = block
             self.hash_of[block] = name
 
-    def lookup(self, tokens: Sequence[int], max_tokens: int) -> "Prefix":
+    def root_for(self, salt: int | None) -> int:
+        """The name before a first block of a prompt with ``salt`` (its images: the same
+        token ids with other images are another prefix)."""
+        return self.root if salt is None else hash((self.root, salt))
+
+    def lookup(self, tokens: Sequence[int], max_tokens: int, salt: int | None = None) -> "Prefix":
         """What the cache holds of the longest prefix of ``tokens`` (at most ``max_tokens``
-        positions): indexed full blocks, then possibly a partial block that a finished
-        sequence left (its first positions are the next tokens)."""
+        positions) named from ``root_for(salt)``: indexed full blocks, then possibly a
+        partial block that a finished sequence left (its first positions are the next
+        tokens)."""
         size = self.block_size
-        names, parent = [], self.root
+        root = self.root_for(salt)
+        names, parent = [], root
         for start in range(0, len(tokens) - size + 1, size):
             parent = block_hash(parent, tokens[start : start + size])
             names.append(parent)
@@ -122,7 +129,7 @@ class BlockAllocator:
                 break
             found.append(block)
         start = len(found) * size
-        parent = names[len(found) - 1] if found else self.root
+        parent = names[len(found) - 1] if found else root
         for length in range(min(size - 1, max_tokens - start), 0, -1):
             block = self.index.get(block_hash(parent, tokens[start : start + length]))
             if block is not None:

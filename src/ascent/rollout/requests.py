@@ -3,6 +3,7 @@ results go."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -22,6 +23,8 @@ class EngineRequest:
         row order (requests of a seeded batch call share one), which keeps a seeded caller's
         results reproducible. None: the engine's own stream.
     index: the ``prompt_index`` written into this request's samples.
+    images: data URLs of the prompt's images, in the order of its image tokens (a
+        vision-language model); ``vision`` is what the engine prepared from them.
     """
 
     prompt: list[int]
@@ -30,5 +33,18 @@ class EngineRequest:
     on_token: TokenCallback | None = None
     generator: torch.Generator | None = None
     index: int = 0
+    images: tuple[str, ...] = ()
+    vision: Any = field(default=None, init=False)
     aborted: bool = field(default=False, init=False)
     error: BaseException | None = field(default=None, init=False)  # why the engine failed it
+
+    @property
+    def rope_shift(self) -> int:
+        """How far its generated tokens' rotary positions are from their token indices
+        (multimodal RoPE; 0 for text)."""
+        return 0 if self.vision is None else self.vision.delta
+
+    @property
+    def prefix_salt(self) -> int | None:
+        """What tells its cached prefix apart beyond the token ids: its images."""
+        return hash(self.images) if self.images else None

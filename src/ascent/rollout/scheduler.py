@@ -190,11 +190,13 @@ class Scheduler:
         positions = [row.cached for row in self.rows]
         slots = [cache.slot(row.blocks, p) for row, p in zip(self.rows, positions, strict=True)]
         device = self.device
+        shifts = [row.request.rope_shift for row in self.rows]
         logits = self.decode_model(
             torch.tensor([row.tokens[-1] for row in self.rows], device=device),
             torch.tensor(positions, device=device),
             cache.table_tensor([row.blocks for row in self.rows]),
             torch.tensor(slots, device=device),
+            torch.tensor(shifts, device=device) if any(shifts) else None,
         )
         for row in self.rows:
             row.cached += 1

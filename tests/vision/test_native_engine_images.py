@@ -53,7 +53,10 @@ def expected(tiny_vlm, rows):
     model = load_causal_lm(tiny_vlm).eval()
     processor = VisionProcessor(tiny_vlm)
     prompts, images = rows
-    return [transformers_greedy(model, processor, p, i, 12) for p, i in zip(prompts, images)]
+    return [
+        transformers_greedy(model, processor, p, i, 12)
+        for p, i in zip(prompts, images, strict=True)
+    ]
 
 
 @pytest.mark.parametrize("seats", [2, 16])
@@ -106,7 +109,7 @@ def test_the_prefix_cache_tells_images_apart(tiny_vlm, rows, expected):
 def test_a_text_model_refuses_images_and_counts_must_match(tiny_vlm, tiny_model, rows):
     prompts, images = rows
     text = NativeEngine(load_causal_lm(tiny_model), max_model_len=128)
-    with pytest.raises(ValueError, match="prompt 0 has images but .* not a vision-language"):
+    with pytest.raises(ValueError, match=r"prompt 0 has images but .* not a vision-language"):
         text.generate([[1, 2, 3]], GREEDY, [images[0]])
     engine = NativeEngine(load_causal_lm(tiny_vlm), max_model_len=128, model_dir=tiny_vlm)
     with pytest.raises(

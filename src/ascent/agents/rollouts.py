@@ -44,6 +44,11 @@ class EpisodeRollouts:
 
     async def play(self, batch: Batch, params: SamplingParams) -> list:
         """Play ``params.n`` episodes of every row against the backend."""
+        if any(batch.get("images") or []):
+            raise ValueError(
+                "agent episodes do not take images yet: train a vision-language model on "
+                "single-turn prompts (no rollout.agent)"
+            )
         agent = self.config
         limits = AgentLimits(
             max_turns=agent.max_turns,

@@ -30,6 +30,15 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return layers
 
 
+def embedded(model: nn.Module, extra_inputs: Any, input_ids: Tensor, inputs: dict) -> dict:
+    """The forward's token inputs: the ids themselves, or for a model family with its own
+    inputs what its ``extra_inputs.embed`` makes of them (a VLM: embeddings with image
+    features on the image tokens)."""
+    if extra_inputs is None:
+        return {"input_ids": input_ids, **inputs}
+    return extra_inputs.embed(model, input_ids, inputs)
+
+
 class PolicyModule(nn.Module):
     """Per-token log-probs and entropy of target tokens, from a causal LM.
 
@@ -38,8 +47,8 @@ class PolicyModule(nn.Module):
     compute_entropy is False), float32, with logits / temperature exactly as the rollout
     samples them. A model family's own inputs (a vision-language model's ``pixel_values``,
     ``image_grid_thw``, and M-RoPE planes as ``position_ids``) pass through ``model_inputs``;
-    ``extra_inputs`` is what builds them for this model (``__call__``) and keeps the ranks'
-    collectives in step when a micro-batch does not use them (``keep_in_step``; see
+    ``extra_inputs`` is what builds them for this model (``__call__``, outside) and turns
+    them into the forward's embeddings (``embed``, inside: it runs the vision tower; see
     ``ascent.vision.forward``), or None for a text model.
     """
 
@@ -63,20 +72,12 @@ class PolicyModule(nn.Module):
         **model_inputs: Tensor,
     ) -> tuple[Tensor, Tensor | None]:
         lm = unwrap(self.model)
-        idle = (
-            None
-            if self.extra_inputs is None
-            else self.extra_inputs.keep_in_step(lm, model_inputs, input_ids.device)
-        )
         hidden = lm.base_model(
-            input_ids=input_ids,
             position_ids=position_ids,
             attention_mask=attention_mask,
             use_cache=False,
-            **model_inputs,
+            **embedded(lm, self.extra_inputs, input_ids, model_inputs),
         ).last_hidden_state
-        if idle is not None:
-            hidden = hidden + idle.to(hidden.dtype)
         hidden = hidden.flatten(0, 1).index_select(0, query_index)
         head = lm.get_output_embeddings()
         log_probs, entropy = token_log_probs_and_entropy_from_hidden(
@@ -113,21 +114,12 @@ class ValueModule(nn.Module):
         attention_mask: Tensor | None = None,
         **model_inputs: Tensor,
     ) -> Tensor:
-        extra = self.extra_inputs
-        idle = (
-            None
-            if extra is None
-            else extra.keep_in_step(unwrap(self.model), model_inputs, input_ids.device)
-        )
         scores = self.model(
-            input_ids=input_ids,
             position_ids=position_ids,
             attention_mask=attention_mask,
             use_cache=False,
-            **model_inputs,
+            **embedded(unwrap(self.model), self.extra_inputs, input_ids, model_inputs),
         ).logits  # (..., 1)
-        if idle is not None:
-            scores = scores + idle.to(scores.dtype)
         values = scores.flatten(0, -2).index_select(0, query_index).squeeze(-1)
         return values.to(torch.float32).clone()  # not a view: see PolicyModule.forward
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ascent.rollout.protocol import RolloutBackend, TokenOut, samples_of, seed_of_prompt
+from ascent.rollout.protocol import Images, RolloutBackend, TokenOut, samples_of, seed_of_prompt
 from ascent.rollout.types import Sample, SamplingParams
 
 
@@ -34,6 +34,7 @@ class _Prompt:
     ids: list[int]
     params: SamplingParams
     future: Future
+    images: list[str] | None = None
 
 
 @dataclass
@@ -71,17 +72,23 @@ class BackgroundBackend(RolloutBackend):
         return self.inner.version
 
     async def generate_n(
-        self, prompt_ids: list[int], sampling: SamplingParams, session_id: str | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        session_id: str | None = None,
+        images: list[str] | None = None,
     ) -> list[TokenOut]:
-        return await self.inner.generate_n(prompt_ids, sampling, session_id)
+        return await self.inner.generate_n(prompt_ids, sampling, session_id, images)
 
-    def generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
-        return self.inner.generate_batch(prompts, sampling)
+    def generate_batch(
+        self, prompts: list[list[int]], sampling: SamplingParams, images: Images = None
+    ) -> list[Sample]:
+        return self.inner.generate_batch(prompts, sampling, images)
 
     async def generate_together(
-        self, prompts: list[list[int]], sampling: SamplingParams
+        self, prompts: list[list[int]], sampling: SamplingParams, images: Images = None
     ) -> list[Sample]:
-        return await self.inner.generate_together(prompts, sampling)
+        return await self.inner.generate_together(prompts, sampling, images)
 
     def busy_seconds(self) -> float:
         """Seconds so far during which some generation was in flight (the engine's side of
@@ -107,20 +114,28 @@ class BackgroundBackend(RolloutBackend):
                 self._busy_s += time.perf_counter() - self._busy_since
 
     def submit(
-        self, tag: str, prompts: list[list[int]], sampling: SamplingParams, together: bool = False
+        self,
+        tag: str,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        together: bool = False,
+        images: Images = None,
     ) -> None:
-        """Start ``sampling.n`` samples of every prompt, seeded as ``generate_batch`` seeds
-        them (``seed_of_prompt``). ``together``: the prompts as one batch
-        (``generate_together``: the same samples whatever the timing)."""
+        """Start ``sampling.n`` samples of every prompt (with its ``images``), seeded as
+        ``generate_batch`` seeds them (``seed_of_prompt``). ``together``: the prompts as one
+        batch (``generate_together``: the same samples whatever the timing)."""
         if tag in self.jobs:
             raise ValueError(f"rollouts {tag!r} were submitted already and not taken")
         if together:
-            self.jobs[tag] = Job(whole=self._start(self.inner.generate_together(prompts, sampling)))
+            whole = self.inner.generate_together(prompts, sampling, images)
+            self.jobs[tag] = Job(whole=self._start(whole))
             return
         job = Job()
         for index, ids in enumerate(prompts):
             params = seed_of_prompt(sampling, index)
-            job.prompts.append(_Prompt(ids, params, self._start(self._generate(ids, params))))
+            urls = images[index] if images else None
+            future = self._start(self._generate(ids, params, urls))
+            job.prompts.append(_Prompt(ids, params, future, urls))
         self.jobs[tag] = job
 
     def submit_coroutine(self, tag: str, coroutine: Coroutine) -> None:
@@ -129,8 +144,10 @@ class BackgroundBackend(RolloutBackend):
             raise ValueError(f"rollouts {tag!r} were submitted already and not taken")
         self.jobs[tag] = Job(whole=self._start(coroutine))
 
-    async def _generate(self, ids: list[int], params: SamplingParams) -> list[TokenOut]:
-        return await self.inner.generate_n(ids, params)
+    async def _generate(
+        self, ids: list[int], params: SamplingParams, images: list[str] | None = None
+    ) -> list[TokenOut]:
+        return await self.inner.generate_n(ids, params, images=images or None)
 
     def take(self, tag: str) -> Any:
         """Wait for ``tag``'s samples: ``Sample``s ordered by prompt then sample (or the
@@ -157,7 +174,7 @@ class BackgroundBackend(RolloutBackend):
         version = await self.inner.refresh_weights(named_tensors, version)
         for prompt in unfinished:
             self.restarted += prompt.params.n
-            prompt.future = self._start(self._generate(prompt.ids, prompt.params))
+            prompt.future = self._start(self._generate(prompt.ids, prompt.params, prompt.images))
         return version
 
     def _unfinished(self) -> list[_Prompt]:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from torch import Tensor
 
 from ascent.rollout.hf_engine import TransformersEngine
-from ascent.rollout.protocol import RolloutBackend
+from ascent.rollout.protocol import Images, RolloutBackend, refuse_images
 from ascent.rollout.types import Sample, SamplingParams
 
 
@@ -18,7 +18,10 @@ class TransformersBackend(RolloutBackend):
         self.engine = engine
         self.tokenizer = engine.tokenizer
 
-    def generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
+    def generate_batch(
+        self, prompts: list[list[int]], sampling: SamplingParams, images: Images = None
+    ) -> list[Sample]:
+        refuse_images(self, images)
         return self.engine.generate(prompts, sampling)
 
     @property

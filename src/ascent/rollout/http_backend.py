@@ -24,7 +24,13 @@ from pathlib import Path
 import httpx
 from torch import Tensor
 
-from ascent.rollout.protocol import Capability, PauseMode, RolloutBackend, TokenOut
+from ascent.rollout.protocol import (
+    Capability,
+    PauseMode,
+    RolloutBackend,
+    TokenOut,
+    refuse_images,
+)
 from ascent.rollout.server_process import ServerDied, ServerProcess
 from ascent.rollout.types import SamplingParams
 from ascent.rollout.weight_files import write_weights
@@ -124,8 +130,13 @@ class HTTPBackend(RolloutBackend):
         return body
 
     async def generate_n(
-        self, prompt_ids: list[int], sampling: SamplingParams, session_id: str | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        session_id: str | None = None,
+        images: list[str] | None = None,
     ) -> list[TokenOut]:
+        refuse_images(self, images)
         index = self._pick(session_id)
         body = self._body(prompt_ids, sampling)
         started = self._version()  # a server names no per-token versions: see VLLMBackend

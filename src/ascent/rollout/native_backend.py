@@ -26,6 +26,7 @@ from torch import Tensor
 from ascent.rollout.engine import NativeEngine, WeightUpdate
 from ascent.rollout.protocol import (
     Capability,
+    Images,
     PauseMode,
     RolloutBackend,
     TokenOut,
@@ -125,7 +126,11 @@ class NativeBackend(RolloutBackend):
     # -- data plane ---------------------------------------------------------------------------
 
     async def generate_n(
-        self, prompt_ids: list[int], sampling: SamplingParams, session_id: str | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        session_id: str | None = None,
+        images: list[str] | None = None,
     ) -> list[TokenOut]:
         self.engine.check_request(prompt_ids, sampling, "the prompt")
         loop = asyncio.get_running_loop()
@@ -139,7 +144,10 @@ class NativeBackend(RolloutBackend):
                 self._live.discard(request)
                 loop.call_soon_threadsafe(_settle, done, samples, request.error)
 
-        request = EngineRequest(list(prompt_ids), sampling, on_sample, generator=generator)
+        request = EngineRequest(
+            list(prompt_ids), sampling, on_sample, generator=generator, images=tuple(images or ())
+        )
+        self.engine.prepare_images(request, "the prompt")
         self._call(lambda: self._add(request))
         try:
             finished = await done
@@ -198,21 +206,26 @@ class NativeBackend(RolloutBackend):
         else:
             self.engine.abort(request)
 
-    def generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
+    def generate_batch(
+        self, prompts: list[list[int]], sampling: SamplingParams, images: Images = None
+    ) -> list[Sample]:
         if self._thread is None:
-            return self.engine.generate(prompts, sampling)
-        return self._call(lambda: self._batch(prompts, sampling)).result()
+            return self.engine.generate(prompts, sampling, images)
+        return self._call(lambda: self._batch(prompts, sampling, images)).result()
 
     async def generate_together(
-        self, prompts: list[list[int]], sampling: SamplingParams
+        self, prompts: list[list[int]], sampling: SamplingParams, images: Images = None
     ) -> list[Sample]:
         """``generate_batch`` on the step thread: queued whole, before its first step."""
-        return await asyncio.wrap_future(self._call(lambda: self._batch(prompts, sampling)))
+        future = self._call(lambda: self._batch(prompts, sampling, images))
+        return await asyncio.wrap_future(future)
 
-    def _batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
+    def _batch(
+        self, prompts: list[list[int]], sampling: SamplingParams, images: Images
+    ) -> list[Sample]:
         if self._paused:
             raise RuntimeError("the native engine is paused; resume it before generate_batch")
-        return self.engine.generate(prompts, sampling)  # other callers' requests step along
+        return self.engine.generate(prompts, sampling, images)  # others' requests step along
 
     # -- control plane --------------------------------------------------------------------------
 

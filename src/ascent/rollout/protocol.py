@@ -29,6 +29,16 @@ from ascent.rollout.tool_calls import assistant_message
 from ascent.rollout.types import Sample, SamplingParams
 
 PauseMode = Literal["abort", "wait", "keep"]
+Images = list[list[str]] | None  # per prompt, its images as data URLs (vision-language models)
+
+
+def refuse_images(backend: "RolloutBackend", images: Any) -> None:
+    """ValueError for images given to a backend that does not take them (yet)."""
+    if images and any(images):
+        raise ValueError(
+            f"the {backend.name} does not take images; generate from a vision-language model "
+            "with rollout.backend=native"
+        )
 
 
 class Capability(StrEnum):
@@ -95,8 +105,14 @@ class RolloutBackend:
     # -- data plane -------------------------------------------------------------------------
 
     async def generate_n(
-        self, prompt_ids: list[int], sampling: SamplingParams, session_id: str | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        session_id: str | None = None,
+        images: list[str] | None = None,
     ) -> list[TokenOut]:
+        """``sampling.n`` responses to ``prompt_ids``; ``images``: the prompt's images as
+        data URLs, in the order of its image tokens (a vision-language model)."""
         raise NotImplementedError
 
     async def generate(
@@ -126,24 +142,32 @@ class RolloutBackend:
         text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
         return ChatOut(assistant_message(text, bool(tools)), prompt_ids, out)
 
-    def generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
+    def generate_batch(
+        self, prompts: list[list[int]], sampling: SamplingParams, images: Images = None
+    ) -> list[Sample]:
         """``sampling.n`` samples of every prompt, ordered by prompt then sample (the RL
-        worker's call). With a seed, prompt i samples with seed + i, so prompts do not share
-        random draws."""
-        return self.call(self._gather(prompts, sampling))
+        worker's call); ``images``: each prompt's images (data URLs), or None. With a seed,
+        prompt i samples with seed + i, so prompts do not share random draws."""
+        return self.call(self._gather(prompts, sampling, images))
 
     async def generate_together(
-        self, prompts: list[list[int]], sampling: SamplingParams
+        self, prompts: list[list[int]], sampling: SamplingParams, images: Images = None
     ) -> list[Sample]:
         """``generate_batch`` from a running event loop. An in-process engine admits the
         prompts as one batch before its first decode step, so the samples do not depend on
         when requests arrive (the native engine: the same samples as ``generate_batch``); over
         HTTP the server batches requests as they come."""
-        return await self._gather(prompts, sampling)
+        return await self._gather(prompts, sampling, images)
 
-    async def _gather(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
+    async def _gather(
+        self, prompts: list[list[int]], sampling: SamplingParams, images: Images = None
+    ) -> list[Sample]:
+        images = images or [None] * len(prompts)
         groups = await asyncio.gather(
-            *(self.generate_n(p, seed_of_prompt(sampling, i)) for i, p in enumerate(prompts))
+            *(
+                self.generate_n(p, seed_of_prompt(sampling, i), images=urls or None)
+                for i, (p, urls) in enumerate(zip(prompts, images, strict=True))
+            )
         )
         return samples_of(groups)
 

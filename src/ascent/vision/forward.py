@@ -3,8 +3,9 @@
 For rows whose prompts hold images (batch field ``images``: per row, its data URLs in order):
 
 - ``pixel_values`` (P, C·T·p·p) and ``image_grid_thw`` (I, 3): every image of the rows, in
-  row order, which is also the order of the image tokens in the packed or padded ids, so the
-  model's own ``masked_scatter`` puts each image's features on its tokens;
+  row order, which is also the order of the image tokens in the packed or padded ids; the
+  vision tower's features go onto those tokens (``embed``: each row's first image tokens,
+  as many as its images take, so an image token id the model sampled stays text);
 - ``position_ids``: multimodal RoPE. The model's own ``get_rope_index`` gives three planes
   (temporal, height, width), (3, B, L), per row: text tokens count up in all three planes;
   an image's tokens share its start position t0 in the temporal plane and take t0 + row,
@@ -45,11 +46,18 @@ class VisionForwardInputs:
         layout: Any,
         device: torch.device,
     ) -> dict[str, Tensor]:
-        """Forward kwargs for rows ``input_ids``/``attention_mask`` (B, L) whose images are
-        ``images`` (B lists), laid out as ``layout`` (a ``PackedSequences`` of those rows)."""
-        inputs = ImageInputs.concat([self.processor(urls or []) for urls in images])
+        """What ``embed`` and the model's forward take for rows ``input_ids`` /
+        ``attention_mask`` (B, L) whose images are ``images`` (B lists), laid out as
+        ``layout`` (a ``PackedSequences`` of those rows): ``position_ids`` (the M-RoPE
+        planes), and for rows with images ``pixel_values``, ``image_grid_thw`` and
+        ``image_mask`` (where the image features go, laid out like the ids)."""
+        parts = [self.processor(urls or []) for urls in images]
+        inputs = ImageInputs.concat(parts)
+        merge = self.processor.merge_size**2
+        counts = torch.tensor([int(p.grid_thw.prod(-1).sum()) // merge for p in parts])
+        is_image = self.image_tokens(input_ids.cpu(), attention_mask.cpu(), counts)
         grid = None if inputs is None else inputs.grid_thw
-        planes = self.positions(input_ids, attention_mask, grid)
+        planes = self.positions(input_ids, attention_mask, is_image, grid)
         laid_out = layout.lay_out(planes.to(device))
         if layout.attention_mask is None:  # packed: the restarting per-row plane goes first
             laid_out = torch.cat([layout.position_ids[None], laid_out], dim=0)
@@ -57,33 +65,48 @@ class VisionForwardInputs:
         if inputs is not None:
             extra["pixel_values"] = inputs.pixel_values.to(device)
             extra["image_grid_thw"] = inputs.grid_thw.to(device)
+            extra["image_mask"] = layout.lay_out(is_image.to(device))
         return extra
 
-    def keep_in_step(
-        self, model: nn.Module, inputs: dict[str, Tensor], device: torch.device
-    ) -> Tensor | None:
-        """When these rows have no image: the vision tower run on one blank image, as a zero
-        to add to the model's output (None when they have images). Under FSDP every sharded
-        vision block gathers its weights in its forward and reduces its gradients in the
-        backward, so a rank whose micro-batch holds only text must still run them, and in
-        the same order as the others (before the language model: call this first)."""
-        if "pixel_values" in inputs:
-            return None
+    def image_tokens(self, input_ids: Tensor, attention_mask: Tensor, counts: Tensor) -> Tensor:
+        """(B, L) bool: the tokens that carry image features, the first ``counts[b]`` image
+        tokens of row b. A response may hold the image token id too (a model can sample any
+        id); there it is text, as in the rollout engine."""
+        candidates = (input_ids == self.image_token_id) & attention_mask.bool()
+        return candidates & (candidates.long().cumsum(-1) <= counts[:, None])
+
+    def embed(self, model: nn.Module, input_ids: Tensor, inputs: dict[str, Tensor]) -> dict:
+        """The language model's input embeddings: the ids' text embeddings with each image's
+        features on its tokens (``image_mask``), from the vision tower run here, before the
+        language model. Rows without images still run the tower on one blank image, its
+        features added times zero: under FSDP every sharded vision block gathers its weights
+        in its forward and reduces its gradients in the backward, so a rank whose
+        micro-batch holds only text must run them too, in the same order as the others.
+        Returns the forward's kwargs with ``inputs_embeds`` in place of the image inputs."""
+        inputs = dict(inputs)
+        embeds = model.get_input_embeddings()(input_ids)
+        pixels, grid = inputs.pop("pixel_values", None), inputs.pop("image_grid_thw", None)
+        mask = inputs.pop("image_mask", None)
         tower = vision_tower(model)
-        blank = torch.zeros(4, self.processor.patch_values, dtype=tower.dtype)
-        grid = torch.tensor([[1, 2, 2]])  # one merged token
-        features = tower(blank.to(device), grid_thw=grid.to(device)).pooler_output
-        return 0.0 * features.sum()
+        if pixels is None:
+            pixels = torch.zeros(4, self.processor.patch_values, device=input_ids.device)
+            grid = torch.tensor([[1, 2, 2]], device=input_ids.device)  # one merged token
+        features = tower(pixels.to(tower.dtype), grid_thw=grid).pooler_output.to(embeds.dtype)
+        if mask is None:
+            embeds = embeds + 0.0 * features.sum()
+        else:
+            embeds = embeds.masked_scatter(mask[..., None], features)
+        return {**inputs, "inputs_embeds": embeds}
 
     def positions(
-        self, input_ids: Tensor, attention_mask: Tensor, grid_thw: Tensor | None
+        self, input_ids: Tensor, attention_mask: Tensor, is_image: Tensor, grid: Tensor | None
     ) -> Tensor:
-        """The three M-RoPE planes (3, B, L) of the rows (0 at padding)."""
-        token_types = (input_ids == self.image_token_id).int() * attention_mask.int()
+        """The three M-RoPE planes (3, B, L) of the rows (0 at padding), from the model's
+        own ``get_rope_index`` with ``is_image`` as the image token type."""
         planes, _ = self.rope_model.get_rope_index(
             input_ids.cpu(),
-            token_types.cpu(),
-            image_grid_thw=None if grid_thw is None else grid_thw.cpu(),
+            is_image.int(),
+            image_grid_thw=None if grid is None else grid.cpu(),
             attention_mask=attention_mask.cpu(),
         )
         return planes

@@ -18,11 +18,12 @@ class SampleRollouts:
         self.backend, self.pad_id, self.weight_version = backend, pad_id, weight_version
 
     def generate(self, batch: Batch, params: SamplingParams) -> Batch:
-        return self.collect(batch, self.backend.generate_batch(prompt_ids(batch), params), params)
+        samples = self.backend.generate_batch(prompt_ids(batch), params, prompt_images(batch))
+        return self.collect(batch, samples, params)
 
     def submit(self, tag: str, batch: Batch, params: SamplingParams, together: bool) -> None:
         """Start the batch beside training (the backend is a ``BackgroundBackend``)."""
-        self.backend.submit(tag, prompt_ids(batch), params, together)
+        self.backend.submit(tag, prompt_ids(batch), params, together, prompt_images(batch))
 
     def collect(self, batch: Batch, samples: list[Sample], params: SamplingParams) -> Batch:
         """Every row of ``batch`` repeated ``params.n`` times with its samples: ``responses``,
@@ -61,3 +62,9 @@ def prompt_ids(batch: Batch) -> list[list[int]]:
         row[mask.bool()].tolist()
         for row, mask in zip(batch["prompts"], batch["prompt_mask"], strict=True)
     ]
+
+
+def prompt_images(batch: Batch) -> list[list[str]] | None:
+    """Each row's images (data URLs; field ``images``), or None when no row has one."""
+    images = batch.get("images")
+    return images if images and any(images) else None

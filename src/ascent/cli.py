@@ -24,14 +24,15 @@ def main(argv: list[str] | None = None) -> int:
     quickstart.add_argument("--seed", type=int, default=0)
     quickstart.add_argument(
         "--task",
-        choices=["addition", "tools", "smollm2"],
+        choices=["addition", "tools", "vision", "smollm2"],
         default="addition",
-        help="addition: single-turn a+b; tools: multi-turn a*b with a multiply tool; smollm2: "
-        "GRPO on the real SmolLM2-135M-Instruct (make real-model)",
+        help="addition: single-turn a+b; tools: multi-turn a*b with a multiply tool; vision: "
+        "a tiny Qwen2.5-VL names the colour in a picture; smollm2: GRPO on the real "
+        "SmolLM2-135M-Instruct (make real-model)",
     )
-    quickstart.add_argument("--out", help="output directory (runs/quickstart[-tools])")
+    quickstart.add_argument("--out", help="output directory (runs/quickstart[-TASK])")
     quickstart.add_argument(
-        "--steps", type=int, help="GRPO steps (400 addition, 100 tools, 30 smollm2)"
+        "--steps", type=int, help="GRPO steps (400 addition, 100 tools, 120 vision, 30 smollm2)"
     )
     quickstart.add_argument(
         "overrides", nargs="*", help="dotted overrides of the GRPO run, e.g. rollout.engine=vllm"
@@ -158,6 +159,11 @@ def _quickstart(args: argparse.Namespace) -> int:
         from ascent.quickstart.tools_run import run_tools_quickstart as run
 
         out, steps = args.out or "runs/quickstart-tools", args.steps or 100
+    elif args.task == "vision":
+        from ascent.quickstart.vision_run import STEPS
+        from ascent.quickstart.vision_run import run_vision_quickstart as run
+
+        out, steps = args.out or "runs/quickstart-vision", args.steps or STEPS
     elif args.task == "smollm2":
         from ascent.quickstart.real import STEPS
         from ascent.quickstart.real import run_real_quickstart as run

@@ -1,5 +1,6 @@
 """Export a trained engine's model as a plain transformers checkpoint (safetensors, config,
-tokenizer) that ``from_pretrained`` loads. LoRA adapters are merged into the weights."""
+tokenizer, and a vision-language model's processor files) that ``from_pretrained`` loads.
+LoRA adapters are merged into the weights."""
 
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import torch.distributed as dist
 
 from ascent.engine.fsdp import TrainEngine
 from ascent.engine.modules import unwrap
+from ascent.vision.processing import copy_processor_files
 
 
 def export_hf(engine: TrainEngine, source: str | Path, out_dir: str | Path) -> None:
@@ -29,4 +31,5 @@ def export_hf(engine: TrainEngine, source: str | Path, out_dir: str | Path) -> N
             raise RuntimeError(f"export: missing {missing}, unexpected {unexpected}")
         model.to(torch.float32).save_pretrained(out_dir)
         AutoTokenizer.from_pretrained(source, local_files_only=True).save_pretrained(out_dir)
+        copy_processor_files(source, out_dir)  # a vision-language model's image processor
     dist.barrier()

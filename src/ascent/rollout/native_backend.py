@@ -157,7 +157,7 @@ class NativeBackend(RolloutBackend):
         return [TokenOut.of(s) for s in sorted(finished, key=lambda s: s.sample_index)]
 
     async def stream(
-        self, prompt_ids: list[int], sampling: SamplingParams
+        self, prompt_ids: list[int], sampling: SamplingParams, images: list[str] | None = None
     ) -> AsyncIterator[tuple[int, float, int] | TokenOut]:
         """One response token by token: (token, log-prob, weight version) items, then the
         finished ``TokenOut``. Leaving early (a client gone, a timeout) aborts the request,
@@ -177,7 +177,10 @@ class NativeBackend(RolloutBackend):
             loop.call_soon_threadsafe(items.put_nowait, item)
 
         generator = self.engine.seeded_generator(sampling)
-        request = EngineRequest(list(prompt_ids), sampling, on_sample, on_token, generator)
+        request = EngineRequest(
+            list(prompt_ids), sampling, on_sample, on_token, generator, images=tuple(images or ())
+        )
+        self.engine.prepare_images(request, "the prompt")
         self._call(lambda: self._add(request))
         finished = False
         try:

@@ -1,5 +1,6 @@
 """``POST /v1/chat/completions``: messages rendered with the model's chat template (``tools``
-included), Hermes tool calls parsed into ``tool_calls``; streamed for ``n=1``."""
+included; ``image_url`` parts for a vision-language model, ``ascent.serve.images``), Hermes
+tool calls parsed into ``tool_calls``; streamed for ``n=1``."""
 
 from collections.abc import AsyncIterator
 
@@ -8,6 +9,7 @@ from fastapi.responses import StreamingResponse
 
 from ascent.rollout.protocol import TokenOut, render_chat
 from ascent.serve import responses as r
+from ascent.serve.images import request_images, with_image_tokens
 from ascent.serve.schema import ChatRequest, RequestError, parse
 from ascent.serve.served import Served
 
@@ -23,10 +25,16 @@ class Chat:
         body = await parse(request, ChatRequest)
         served.check(body)
         tools = body.tools if body.tool_choice != "none" else None
-        try:
-            prompt = render_chat(served.tokenizer, body.messages, tools)
-        except Exception as bad:  # jinja errors name the template's complaint
-            raise RequestError(f"messages: the chat template failed: {bad}", "messages") from None
+        images = request_images(body.messages)
+
+        def render(messages: list[dict]) -> list[int]:
+            try:
+                return render_chat(served.tokenizer, messages, tools)
+            except Exception as bad:  # jinja errors name the template's complaint
+                message = f"messages: the chat template failed: {bad}"
+                raise RequestError(message, "messages") from None
+
+        prompt = with_image_tokens(served.engine, body.messages, images, render)
         # Without a limit the reply may fill the context (the engine stops it there).
         limit = body.max_completion_tokens or body.max_tokens or served.engine.max_model_len
         sampling = body.sampling(limit, limit, served.eos)
@@ -34,9 +42,9 @@ class Chat:
         if body.stream:
             if body.n != 1:
                 raise RequestError("stream needs n=1", "stream")
-            stream = self.stream(body, prompt, sampling, bool(tools))
+            stream = self.stream(body, prompt, sampling, bool(tools), images)
             return StreamingResponse(stream, media_type="text/event-stream")
-        outs = await served.run(prompt, sampling)
+        outs = await served.run(prompt, sampling, images)
         choices = [
             r.chat_choice(
                 j,
@@ -60,7 +68,12 @@ class Chat:
         )
 
     async def stream(
-        self, body: ChatRequest, prompt: list[int], sampling: object, tools: bool
+        self,
+        body: ChatRequest,
+        prompt: list[int],
+        sampling: object,
+        tools: bool,
+        images: list[str] | None = None,
     ) -> AsyncIterator[str]:
         """Content deltas as they are final; with tools, one delta at the end (a tool call
         is only known once its block closes)."""
@@ -73,7 +86,7 @@ class Chat:
             return r.sse(r.envelope("chat.completion.chunk", request_id, model_name, [choice]))
 
         yield chunk({"role": "assistant", "content": ""})
-        async for item in self.served.token_items(prompt, sampling):
+        async for item in self.served.token_items(prompt, sampling, images):
             if isinstance(item, str):  # an error event
                 yield item
                 return

@@ -54,17 +54,23 @@ class Served:
         except ValueError as bad:
             raise RequestError(str(bad), field) from None
 
-    async def run(self, prompt: list[int], sampling: object) -> list[TokenOut]:
-        """The ``n`` completions of ``prompt``, within the request timeout."""
+    async def run(
+        self, prompt: list[int], sampling: object, images: list[str] | None = None
+    ) -> list[TokenOut]:
+        """The ``n`` completions of ``prompt`` (with its ``images``), within the request
+        timeout."""
         return await asyncio.wait_for(
-            self.backend.generate_n(prompt, sampling), self.request_timeout_s
+            self.backend.generate_n(prompt, sampling, images=images or None),
+            self.request_timeout_s,
         )
 
-    async def token_items(self, prompt: list[int], sampling: object) -> AsyncIterator[object]:
+    async def token_items(
+        self, prompt: list[int], sampling: object, images: list[str] | None = None
+    ) -> AsyncIterator[object]:
         """The backend's stream, each item within the request timeout; a client that
         disconnects closes it, which aborts the request. An engine failure ends the stream
         with an error event (the status line has gone out already)."""
-        items = self.backend.stream(prompt, sampling)
+        items = self.backend.stream(prompt, sampling, images)
         try:
             while True:
                 try:

@@ -13,9 +13,10 @@ import torch
 from ascent.controller import WorkerGroup
 from ascent.controller.randomness import rng_state, set_rng_state
 from ascent.engine.config import ModelConfig
+from ascent.vision.processing import copy_processor_files
 
 RNG_FILE = "rng_states.pt"
-MODEL_FILES = "hf"  # config.json, generation_config.json, tokenizer files
+MODEL_FILES = "hf"  # config.json, generation_config.json, tokenizer and processor files
 CONFIG_FILE = "config.yaml"
 
 
@@ -78,6 +79,7 @@ def save_model_files(
     if generation.is_file():
         shutil.copy(generation, target / generation.name)
     tokenizer.save_pretrained(target)
+    copy_processor_files(model_path, target)
 
 
 def save_config(directory: Path, run_dir: Path) -> None:

@@ -15,6 +15,7 @@ trainer's forwards, the native engine) processes it again; ``VisionProcessor`` k
 last images it processed.
 """
 
+import shutil
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,24 @@ import torch
 from torch import Tensor
 
 from ascent.vision.images import BadImage, decode_url
+
+# What a vision-language checkpoint keeps beside its weights, config and tokenizer: copied
+# wherever ascent writes a checkpoint (exports, the files a training checkpoint carries).
+PROCESSOR_FILES = (
+    "preprocessor_config.json",
+    "processor_config.json",
+    "video_preprocessor_config.json",
+    "chat_template.json",
+    "chat_template.jinja",
+)
+
+
+def copy_processor_files(source: str | Path, target: str | Path) -> None:
+    """The processor files of the checkpoint at ``source`` (those it has) into ``target``."""
+    for name in PROCESSOR_FILES:
+        path = Path(source) / name
+        if path.is_file():
+            shutil.copy(path, Path(target) / name)
 
 
 @dataclass(frozen=True)

@@ -140,3 +140,29 @@ def test_lora_with_images(tiny_vlm):
     torch.testing.assert_close(before[mask], base[mask], atol=1e-5, rtol=0)
     torch.testing.assert_close(reference[mask], base[mask], atol=1e-5, rtol=0)
     assert (after[mask] - before[mask]).abs().max() > 1e-4
+
+
+def test_the_critic_reads_the_images_and_learns_values(tiny_vlm):
+    """A value head on the vision-language backbone: packed equals padded, the images change
+    the values, and regression on fixed returns lowers the value loss."""
+    from ascent.workers import CriticConfig, CriticWorker
+
+    batch = vision_rl_batch(tiny_vlm, rows=6, seed=8)
+    values = {}
+    for packing in ("packed", "padded"):
+        model = {"path": tiny_vlm, "packing": packing}
+        with in_process(CriticWorker, CriticConfig(model=model, optim={"lr": 1e-2})) as critic:
+            values[packing] = critic.values(batch)["values"]
+            if packing == "padded":
+                other = vision_rl_batch(tiny_vlm, rows=6, seed=9)
+                swapped = critic.values(batch.assign(images=other["images"]))["values"]
+                target = torch.where(batch["response_mask"].bool(), 1.0, 0.0)
+                losses = []
+                for _ in range(4):
+                    current = critic.values(batch)["values"]
+                    step = critic.update(batch.assign(values=current, returns=target))[0]
+                    losses.append(step["critic/vf_loss"])
+    mask = batch["response_mask"].bool()
+    torch.testing.assert_close(values["packed"][mask], values["padded"][mask], atol=1e-5, rtol=0)
+    assert (swapped[:2] - values["padded"][:2]).abs().max() > 1e-5
+    assert losses[-1] < losses[0]

@@ -103,12 +103,25 @@ def load_value_model(
     """A critic: the checkpoint's transformer with a one-output token head (``score``).
 
     Loaded as ``AutoModelForTokenClassification`` with one label, so a causal-LM checkpoint
-    gives its backbone and a freshly initialised value head; dropout on the head is off.
+    gives its backbone and a freshly initialised value head; dropout on the head is off. A
+    vision-language checkpoint gives a ``VisionValueModel`` (its backbone, vision tower
+    included, and the same kind of head).
     """
     from transformers import AutoModelForTokenClassification
 
     directory = _local_dir(path)
     config = _checkpoint_config(directory, trust_remote_code)
+    if is_vision_language(config):
+        from ascent.models.value_vlm import VisionValueModel
+
+        return VisionValueModel(
+            load_causal_lm(
+                directory,
+                dtype=dtype,
+                trust_remote_code=trust_remote_code,
+                attn_implementation=attn_implementation,
+            )
+        )
     config.num_labels = 1
     config.classifier_dropout = 0.0
     return _from_pretrained(

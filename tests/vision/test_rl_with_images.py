@@ -7,9 +7,11 @@ import io
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from PIL import Image
 
 from ascent.trainer.rl.loop import train_rl
+from ascent.trainer.run_dir import CannotStart
 from tests.trainer.rl_setup import config, metric
 
 COLOURS = {"red": (220, 30, 30), "blue": (30, 30, 220)}
@@ -57,3 +59,22 @@ def test_an_rl_run_on_image_prompts(tiny_vlm, tmp_path, capsys):
     assert len(mismatch) == 2 and max(mismatch) < 1e-6
     generations = (tmp_path / "run" / "generations.jsonl").read_text()
     assert "<|image_pad|>" in generations  # the prompts the engine saw held the images
+
+
+@pytest.mark.parametrize("engine", ["serve", "openai", "transformers"])
+def test_an_engine_that_cannot_take_images_is_refused_before_any_worker_starts(
+    tiny_vlm, tmp_path, engine
+):
+    train = image_prompts(tmp_path)
+    run = config(
+        tiny_vlm,
+        tmp_path,
+        tmp_path / "run",
+        f"data.train_files=[{train}]",
+        "data.val_files=[]",
+        "data.chat_template=true",
+        "data.malformed=skip",
+        f"rollout.engine={engine}",
+    )
+    with pytest.raises(CannotStart, match=f"rollout.engine={engine} cannot generate from"):
+        train_rl(run)

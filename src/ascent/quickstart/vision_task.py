@@ -1,8 +1,9 @@
 """The vision quickstart's task: name the colour of the shape in a picture.
 
 Each picture (56 x 56, drawn here with PIL, nothing downloaded) holds one circle, square or
-triangle of one of four colours, at a random place and size, on a noisy grey background;
-the colour's shade is jittered, so no fixed pixel value gives it away. The question is the
+triangle of one of four colours, at a random place and size (half the picture's width or
+more), on a noisy grey background; the colour's shade is jittered, so no fixed pixel value
+gives it away. The question is the
 same for every picture ("What colour is the shape?"), so a model that does not see the
 image cannot beat one answer in four. Pictures are split once (seeded) into held-out
 (scored before and after RL), development (to stop the SFT warm start) and training sets.
@@ -25,6 +26,10 @@ COLOURS = {
 }
 SHAPES = ("circle", "square", "triangle")
 SIZE = 56
+# The shape's width in pixels, [low, high): half to four fifths of the picture. Smaller
+# shapes (18-33 pixels) left the colour to one of the vision tower's four merged patches,
+# and GRPO runs stalled at 50% (two colours told apart) or collapsed onto one colour.
+SHAPE_SIZE = (28, 46)
 QUESTION = "<image>What colour is the shape?"
 
 Picture = tuple[int, int]  # (colour index, seed of everything else about the picture)
@@ -60,8 +65,8 @@ def draw(picture: Picture) -> bytes:
     fill = tuple(
         int(np.clip(c + rng.integers(-25, 26), 0, 255)) for c in list(COLOURS.values())[colour]
     )
-    size = int(rng.integers(18, 34))
-    x, y = (int(v) for v in rng.integers(2, SIZE - size - 2, 2))
+    size = int(rng.integers(*SHAPE_SIZE))
+    x, y = (int(v) for v in rng.integers(2, SIZE - size - 1, 2))
     pen = ImageDraw.Draw(image)
     shape = SHAPES[int(rng.integers(len(SHAPES)))]
     if shape == "circle":

@@ -138,13 +138,22 @@ class HTTPBackend(RolloutBackend):
     ) -> list[TokenOut]:
         refuse_images(self, images)
         index = self._pick(session_id)
-        body = self._body(prompt_ids, sampling)
         started = self._version()  # a server names no per-token versions: see VLLMBackend
+        answer = await self._send(index, "/v1/completions", self._body(prompt_ids, sampling))
+        outs = []
+        for choice in sorted(answer["choices"], key=lambda c: c["index"]):
+            ids = choice["token_ids"]
+            log_probs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+            versions = self._token_versions(index, choice, started)
+            outs.append(TokenOut(ids, log_probs, choice["finish_reason"], versions))
+        return outs
+
+    async def _send(self, index: int, route: str, body: dict) -> dict:
+        """POST ``body`` to server ``index``'s generation ``route``; its JSON answer. A server
+        this backend started that died is restarted and asked once more."""
         for attempt in range(2):
             try:
-                response = await self._client().post(
-                    f"{self.urls[index]}/v1/completions", json=body
-                )
+                response = await self._client().post(f"{self.urls[index]}{route}", json=body)
                 break
             except httpx.TimeoutException:
                 raise TimeoutError(self._describe(index, "timed out")) from None
@@ -153,13 +162,7 @@ class HTTPBackend(RolloutBackend):
                     raise ServerDied(self._describe(index, "is unreachable")) from None
         if response.status_code != 200:
             raise RuntimeError(f"{self.urls[index]} refused a request: {response.text[:2000]}")
-        outs = []
-        for choice in sorted(response.json()["choices"], key=lambda c: c["index"]):
-            ids = choice["token_ids"]
-            log_probs = (choice.get("logprobs") or {}).get("token_logprobs") or []
-            versions = self._token_versions(index, choice, started)
-            outs.append(TokenOut(ids, log_probs, choice["finish_reason"], versions))
-        return outs
+        return response.json()
 
     def _version(self) -> int:
         return 0

@@ -37,7 +37,7 @@ def refuse_images(backend: "RolloutBackend", images: Any) -> None:
     if images and any(images):
         raise ValueError(
             f"the {backend.name} does not take images; generate from a vision-language model "
-            "with rollout.backend=native"
+            "with rollout.engine=native or vllm"
         )
 
 

@@ -55,14 +55,18 @@ def vllm_command(
     seed: int,
     cpu: bool,
     extra_args: list[str],
+    images: bool = False,
 ) -> list[str]:
     """The server of ``settings`` (flags: ``VLLM_KNOBS``); the seed is the server's, because
-    a per-request seed crashes vLLM's CPU engine on chunked prompts."""
+    a per-request seed crashes vLLM's CPU engine on chunked prompts. ``images``: the model
+    is a vision-language model, whose image prompts need ``/inference/v1/generate``."""
     if cpu:  # graph capture costs minutes of startup on a CPU and gains little there
         settings = settings.model_copy(update={"cuda_graphs": False})
     command = [python, "-m", "vllm.entrypoints.openai.api_server", *VLLM_KNOBS.args(settings)]
     command += ["--served-model-name", SERVED_NAME, "--port", str(port), "--host", "127.0.0.1"]
     command += ["--seed", str(seed), "--logprobs-mode", "processed_logprobs"]
+    if images:
+        command.append("--enable-scale-out")  # /inference/v1/generate: token ids and images
     return command + list(extra_args)
 
 
@@ -76,10 +80,11 @@ def cpu_kv_cache_bytes(model_config: object, max_model_len: int, max_num_seqs: i
     least 64 MiB for vLLM's block rounding. Left to itself, vLLM's CPU backend reserves 92% of
     the NUMA node's memory and refuses to start when other processes (the trainer) hold some.
     """
-    heads = model_config.num_attention_heads
-    kv_heads = getattr(model_config, "num_key_value_heads", None) or heads
-    head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // heads
-    per_token = 2 * model_config.num_hidden_layers * kv_heads * head_dim * 4
+    text = model_config.get_text_config()  # a vision-language model's language model
+    heads = text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    per_token = 2 * text.num_hidden_layers * kv_heads * head_dim * 4
     return max(MIN_CPU_KV_CACHE_BYTES, per_token * max_model_len * max_num_seqs)
 
 

@@ -55,6 +55,16 @@ def expand_image_tokens(ids: list[int], image_token_id: int, counts: list[int]) 
     return repeat_per_token(ids, image_repeats(ids, image_token_id, counts))
 
 
+def collapse_image_runs(ids: list[int], image_token_id: int) -> list[int]:
+    """``ids`` with every run of consecutive ``image_token_id`` tokens (one image's, once
+    expanded) cut to one token: the form a server that expands images itself expects."""
+    return [
+        token
+        for i, token in enumerate(ids)
+        if token != image_token_id or i == 0 or ids[i - 1] != image_token_id
+    ]
+
+
 def image_repeats(ids: list[int], image_token_id: int, counts: list[int]) -> list[int]:
     """How often each token of ``ids`` appears once its image tokens are expanded: 1 for a
     text token, ``counts[k]`` for the k-th image token (apply to aligned lists, such as a

@@ -7,6 +7,10 @@ from ascent.data.rl import PromptCheck, RLDataConfig, RLPrompt, load_rl_prompts
 from ascent.engine.config import ModelConfig
 from ascent.trainer.run_dir import CannotStart
 
+# The engines that generate from images: the native engine runs the vision tower at
+# prefill; vLLM processes the images itself (``VLLMBackend``).
+ENGINES_WITH_IMAGES = ("native", "vllm")
+
 
 def load_run_prompts(
     data: RLDataConfig, tokenizer: Any, check: PromptCheck | None, model: ModelConfig
@@ -25,3 +29,21 @@ def load_run_prompts(
             "would repeat prompts; lower data.prompts_per_step or add data"
         )
     return train, val[: data.val_max_prompts]
+
+
+def check_images_reach_the_engine(prompts: list[RLPrompt], engine: str, agent: object) -> None:
+    """Prompts with images need an engine that takes them and no agent (an episode's later
+    turns have no way to carry images yet): refused before any worker starts, not at the
+    first generation."""
+    if not any(p.images for p in prompts):
+        return
+    if engine not in ENGINES_WITH_IMAGES:
+        raise CannotStart(
+            f"the prompts hold images, which rollout.engine={engine} cannot generate from: "
+            f"use rollout.engine={' or '.join(ENGINES_WITH_IMAGES)}"
+        )
+    if agent is not None:
+        raise CannotStart(
+            "the prompts hold images, which agent episodes do not take yet: train on them "
+            "without rollout.agent (single-turn prompts)"
+        )

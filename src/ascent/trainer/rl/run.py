@@ -21,7 +21,7 @@ from ascent.trainer.rl.advantage import AdvantageStage
 from ascent.trainer.rl.collapse import CollapseWatch
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.plan import make_plan
-from ascent.trainer.rl.prompts import load_run_prompts
+from ascent.trainer.rl.prompts import check_images_reach_the_engine, load_run_prompts
 from ascent.trainer.rl.records import StepRecords, run_tracker, write_processes
 from ascent.trainer.rl.rewards import RunRewards
 from ascent.trainer.rl.roles import spawn_roles
@@ -45,6 +45,9 @@ class RLRun:
         self.rows = row_kind(config.rollout.agent)
         train, self.val_prompts = load_run_prompts(
             config.data, self.tokenizer, self.rows.prompt_check(), config.model
+        )
+        check_images_reach_the_engine(
+            [*train, *self.val_prompts], config.rollout.engine, config.rollout.agent
         )
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -39,21 +39,24 @@ def image_prompts(folder, rows=16):
     return path
 
 
-def test_an_rl_run_on_image_prompts(tiny_vlm, tmp_path, capsys):
-    train = image_prompts(tmp_path)
-    run = config(
+def image_run(tiny_vlm, tmp_path, *overrides):
+    """A short GRPO run's config on ``image_prompts`` (4 pictures x 4 samples a step)."""
+    return config(
         tiny_vlm,
         tmp_path,
         tmp_path / "run",
-        f"data.train_files=[{train}]",
+        f"data.train_files=[{image_prompts(tmp_path)}]",
         "data.val_files=[]",
         "data.chat_template=true",
         "data.malformed=skip",
         "data.prompts_per_step=4",
         "rollout.samples_per_prompt=4",
-        "trainer.total_steps=2",
+        *overrides,
     )
-    train_rl(run)
+
+
+def test_an_rl_run_on_image_prompts(tiny_vlm, tmp_path, capsys):
+    train_rl(image_run(tiny_vlm, tmp_path, "trainer.total_steps=2"))
     assert "skipped_malformed': 1" in capsys.readouterr().out
     mismatch = metric(tmp_path / "run", "rollout/mismatch_kl")
     assert len(mismatch) == 2 and max(mismatch) < 1e-6
@@ -65,16 +68,6 @@ def test_an_rl_run_on_image_prompts(tiny_vlm, tmp_path, capsys):
 def test_an_engine_that_cannot_take_images_is_refused_before_any_worker_starts(
     tiny_vlm, tmp_path, engine
 ):
-    train = image_prompts(tmp_path)
-    run = config(
-        tiny_vlm,
-        tmp_path,
-        tmp_path / "run",
-        f"data.train_files=[{train}]",
-        "data.val_files=[]",
-        "data.chat_template=true",
-        "data.malformed=skip",
-        f"rollout.engine={engine}",
-    )
+    run = image_run(tiny_vlm, tmp_path, f"rollout.engine={engine}")
     with pytest.raises(CannotStart, match=f"rollout.engine={engine} cannot generate from"):
         train_rl(run)

@@ -18,10 +18,10 @@ from ascent.vision.processing import VisionProcessor
 from ascent.vision.prompts import image_token_id
 from ascent.workers.rollout_samples import prompt_ids
 from tests.servers import vllm_server
-from tests.trainer.rl_setup import config, metric
+from tests.trainer.rl_setup import metric
 from tests.vision.data import vision_rl_batch
 from tests.vision.test_native_engine_images import transformers_greedy
-from tests.vision.test_rl_with_images import image_prompts
+from tests.vision.test_rl_with_images import image_run
 
 try:
     PYTHON = vllm_python()
@@ -85,20 +85,7 @@ def test_weight_refresh_with_images(tiny_vlm, rows, vllm, tmp_path):
 def test_an_rl_run_on_image_prompts_with_vllm_generating(tiny_vlm, tmp_path):
     """The trainer's weights (names from the FSDP actor) reach vLLM every step, and what it
     samples on image rows scores under the trainer as it did under vLLM."""
-    train = image_prompts(tmp_path)
-    run = config(
-        tiny_vlm,
-        tmp_path,
-        tmp_path / "run",
-        f"data.train_files=[{train}]",
-        "data.val_files=[]",
-        "data.chat_template=true",
-        "data.malformed=skip",
-        "data.prompts_per_step=4",
-        "rollout.samples_per_prompt=4",
-        "rollout.engine=vllm",
-        "trainer.total_steps=3",
-    )
+    run = image_run(tiny_vlm, tmp_path, "rollout.engine=vllm", "trainer.total_steps=3")
     train_rl(run)
     mismatch = metric(tmp_path / "run", "rollout/mismatch_kl")
     assert len(mismatch) == 3 and max(mismatch) < 1e-5  # measured: below 1e-6

@@ -69,6 +69,16 @@ def prompts(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_moe(tmp_path_factory):
+    """A tiny Qwen3-MoE: three layers, the middle one dense, the others routing each token
+    to 2 of 4 experts."""
+    from ascent.models.tiny_moe import build_tiny_moe
+
+    directory = tmp_path_factory.mktemp("tiny-moe") / "model"
+    return str(build_tiny_moe(directory, layers=3, dense_layers=(1,), seed=0))
+
+
+@pytest.fixture(scope="session")
 def tiny_vlm(tmp_path_factory):
     """A tiny Qwen2.5-VL (vision tower of two blocks), its tokenizer with the vision tokens
     and its image processor, saved to disk."""

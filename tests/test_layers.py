@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
     ["errors"],
     ["importing", "batch", "config", "sandbox"],
-    ["algos", "controller", "vision"],
+    ["algos", "controller", "vision", "moe"],
     ["engine"],
     ["models", "data"],
     ["rollout"],  # the generation service: engines and backends

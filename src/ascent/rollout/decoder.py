@@ -1,8 +1,9 @@
 """Prefill and decode passes of a Llama-family transformers model against a paged KV cache.
 
 Supported: the decoder-only models whose layers are RMSNorm -> attention (RoPE, grouped-query,
-optional q/k/v biases, optional per-head q/k RMSNorm) -> RMSNorm -> SiLU-gated MLP: Llama,
-Qwen2, Qwen3, Mistral (without sliding windows shorter than the context). The passes read the
+optional q/k/v biases, optional per-head q/k RMSNorm) -> RMSNorm -> SiLU-gated MLP or top-k
+mixture of SiLU-gated experts: Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral (without sliding
+windows shorter than the context). The passes read the
 model's own parameter tensors, so a model whose parameters alias the trainer's generates with
 the trainer's current weights without a copy. RoPE comes from the model's own rotary module,
 so every RoPE scaling variant it supports is reproduced exactly.
@@ -17,6 +18,7 @@ from torch import Tensor, nn
 
 from ascent.rollout import paged_attention
 from ascent.rollout.kv_cache import PagedKVCache
+from ascent.rollout.mlp import Experts, GatedMLP, mlp_of
 from ascent.rollout.paged_attention import PagedBatch
 
 HEAD_ROWS = 1024  # vocabulary rows per slice of the output head on a CPU (see _logits)
@@ -25,6 +27,7 @@ SUPPORTED = (
     "Qwen2ForCausalLM",
     "Qwen3ForCausalLM",
     "MistralForCausalLM",
+    "Qwen3MoeForCausalLM",  # mixture-of-experts layers: ``ascent.rollout.mlp.Experts``
     # vision-language: a Qwen2 language model behind a vision tower (``ascent.rollout.vision``)
     "Qwen2VLForConditionalGeneration",
     "Qwen2_5_VLForConditionalGeneration",
@@ -63,13 +66,11 @@ class LayerWeights:
     q_norm: Norm | None
     k_norm: Norm | None
     post_norm: Norm
-    gate: Tensor
-    up: Tensor
-    down: Tensor
+    mlp: GatedMLP | Experts
 
     @classmethod
     def of(cls, layer: nn.Module) -> "LayerWeights":
-        attn, mlp = layer.self_attn, layer.mlp
+        attn = layer.self_attn
 
         def linear(module: nn.Module) -> tuple[Tensor, Tensor | None]:
             return module.weight, module.bias
@@ -84,9 +85,7 @@ class LayerWeights:
             q_norm=Norm.of(attn.q_norm) if has_qk_norm else None,
             k_norm=Norm.of(attn.k_norm) if has_qk_norm else None,
             post_norm=Norm.of(layer.post_attention_layernorm),
-            gate=mlp.gate_proj.weight,
-            up=mlp.up_proj.weight,
-            down=mlp.down_proj.weight,
+            mlp=mlp_of(layer),
         )
 
 
@@ -132,11 +131,11 @@ class DecoderRunner:
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        if any(
-            getattr(layer.mlp.gate_proj, "bias", None) is not None for layer in self.base.layers
-        ):
-            raise ValueError(f"{name} has MLP biases; not supported by the native engine")
-        self.layers = [LayerWeights.of(layer) for layer in self.base.layers]
+        try:
+            self.layers = [LayerWeights.of(layer) for layer in self.base.layers]
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
+        self.has_experts = any(isinstance(layer.mlp, Experts) for layer in self.layers)
         self.final_norm = Norm.of(self.base.norm)
         self.head = model.lm_head.weight
 
@@ -157,10 +156,7 @@ class DecoderRunner:
         batch, _, length, _ = attended.shape
         merged = attended.transpose(1, 2).reshape(batch, length, -1)
         hidden = hidden + F.linear(merged, *layer.o)
-        x = rms_norm(hidden, layer.post_norm)
-        return hidden + F.linear(
-            F.silu(F.linear(x, layer.gate)) * F.linear(x, layer.up), layer.down
-        )
+        return hidden + layer.mlp(rms_norm(hidden, layer.post_norm))
 
     def _logits(self, hidden: Tensor) -> Tensor:
         """(N, V) float32 logits of hidden states (N, hidden). On a CPU the head runs in

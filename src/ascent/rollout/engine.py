@@ -95,8 +95,14 @@ class NativeEngine:
             memory_bytes=kv_cache_bytes,
         )
         self.cuda_graphs = cuda_graphs  # asked for; used on CUDA only
-        # Captured steps have no per-row rotary shift (multimodal RoPE): eager for a VLM.
-        self.use_cuda_graphs = cuda_graphs and self.device.type == "cuda" and self.vision is None
+        # Captured steps have no per-row rotary shift (multimodal RoPE) and no token counts
+        # per expert that change from step to step (a mixture of experts): eager for both.
+        self.use_cuda_graphs = (
+            cuda_graphs
+            and self.device.type == "cuda"
+            and self.vision is None
+            and not self.runner.has_experts
+        )
         self.graphs = None
         self.generator = torch.Generator(device=self.device)  # for requests without a seed
         self.generator.seed()

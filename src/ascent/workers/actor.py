@@ -12,9 +12,11 @@ from ascent.algos import (
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
 from ascent.engine.weights import buckets
+from ascent.moe.routing import RouterTape, routing_terms
 from ascent.workers.common import (
     EngineCheckpoints,
     gather_full_weights,
+    laid_out_tokens,
     policy_forward,
     require,
     response_length,
@@ -86,9 +88,10 @@ class ActorWorker(EngineCheckpoints, Worker):
 
     def _micro_loss(self, micro: Batch, normalizer: LossNormalizer) -> tuple[torch.Tensor, dict]:
         cfg, device = self.config, self.device
-        log_probs, entropy = policy_forward(
-            self.engine.module, micro, device, cfg.temperature, self.packed
-        )
+        with RouterTape(self.engine.module) as routes:  # records nothing for a dense model
+            log_probs, entropy = policy_forward(
+                self.engine.module, micro, device, cfg.temperature, self.packed
+            )
         mask = micro["response_mask"].to(device)
         old = micro["old_log_probs"].to(device) if "old_log_probs" in micro else log_probs.detach()
         behaviour = micro["rollout_log_probs"].to(device) if "rollout_log_probs" in micro else None
@@ -128,7 +131,14 @@ class ActorWorker(EngineCheckpoints, Worker):
             kl_coef=cfg.kl_coef,
             kl_estimator=cfg.kl_estimator,
         )
-        return objective.loss, metrics | objective.metrics
+        loss, metrics = objective.loss, metrics | objective.metrics
+        if routes.recorded():  # a mixture of experts: its load, and the balancing loss
+            share = float(mask.sum()) * normalizer.dp_size / max(normalizer.num_tokens, 1.0)
+            valid = laid_out_tokens(micro, device, self.packed)
+            balance, moe_metrics = routing_terms(routes, valid, cfg.router_aux_loss_coef, share)
+            loss = loss if balance is None else loss + balance
+            metrics |= moe_metrics
+        return loss, metrics
 
     @register(Dispatch.RANK_ZERO)
     def weight_bucket_count(self, bucket_bytes: int) -> int:

@@ -53,6 +53,15 @@ def pack(batch: Batch, device: torch.device, packed: bool) -> PackedSequences:
     return pack_for_responses(ids, mask, response_length(batch), packed=packed)
 
 
+def laid_out_tokens(batch: Batch, device: torch.device, packed: bool) -> Tensor:
+    """Which positions of the forward's flattened input (``pack``'s layout) are real tokens
+    (N,) bool: all of them packed, the attention mask's padded."""
+    inputs = pack(batch, device, packed)
+    if inputs.attention_mask is None:
+        return torch.ones(inputs.num_tokens, dtype=torch.bool, device=device)
+    return inputs.attention_mask.flatten().bool()
+
+
 def model_inputs(
     module: nn.Module, batch: Batch, inputs: PackedSequences, device: torch.device
 ) -> dict[str, Tensor]:

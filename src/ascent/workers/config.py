@@ -68,6 +68,12 @@ class ActorConfig(MicroBatching):
         0.0, ge=0, description="Weight of the KL-to-reference loss (needs ref_log_probs)."
     )
     kl_estimator: str = Field("k3", description="k1, abs, k2, k3, k1+ or k3+ (verl names too).")
+    router_aux_loss_coef: float = Field(
+        0.0,
+        ge=0,
+        description="Weight of a mixture-of-experts model's load-balancing loss "
+        "(ascent.moe.routing); at 0 it and the expert load are only measured.",
+    )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollout.")
     max_response_length: int | None = Field(
         None, gt=0, description="K of seq-mean-token-sum-norm; default: the batch's R."

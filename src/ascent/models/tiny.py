@@ -64,7 +64,7 @@ def build_tiny_model(
     seed: int = 0,
 ) -> Path:
     """Write a randomly initialised Qwen2-shaped causal LM and its tokenizer to ``directory``."""
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    from transformers import Qwen2Config
 
     tokenizer = build_byte_tokenizer()
     config = Qwen2Config(
@@ -79,6 +79,14 @@ def build_tiny_model(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+    return save_initialised(config, tokenizer, directory, seed)
+
+
+def save_initialised(config: object, tokenizer: object, directory: str | Path, seed: int) -> Path:
+    """A causal LM of ``config`` with weights drawn from ``seed``, saved with ``tokenizer``
+    to ``directory`` like any checkpoint."""
+    from transformers import AutoModelForCausalLM
+
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     directory = Path(directory)

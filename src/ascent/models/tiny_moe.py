@@ -10,9 +10,7 @@ attention has no kernel below 32).
 
 from pathlib import Path
 
-import torch
-
-from ascent.models.tiny import build_byte_tokenizer
+from ascent.models.tiny import build_byte_tokenizer, save_initialised
 
 
 def build_tiny_moe(
@@ -34,7 +32,7 @@ def build_tiny_moe(
     """Write a randomly initialised tiny Qwen3-MoE and its tokenizer to ``directory``: each
     layer routes every token to ``experts_per_token`` of ``experts`` SiLU-gated experts of
     width ``expert_size``, except ``dense_layers`` (an MLP of ``intermediate_size``)."""
-    from transformers import AutoModelForCausalLM, Qwen3MoeConfig
+    from transformers import Qwen3MoeConfig
 
     tokenizer = build_byte_tokenizer()
     config = Qwen3MoeConfig(
@@ -54,9 +52,4 @@ def build_tiny_moe(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config)
-    directory = Path(directory)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+    return save_initialised(config, tokenizer, directory, seed)

@@ -79,6 +79,15 @@ def tiny_moe(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen2_moe(tmp_path_factory):
+    """A tiny Qwen2-MoE: sparse layers with a shared expert behind a sigmoid gate."""
+    from ascent.models.tiny_moe import build_tiny_moe
+
+    directory = tmp_path_factory.mktemp("tiny-qwen2-moe") / "model"
+    return str(build_tiny_moe(directory, layers=2, family="qwen2_moe", seed=0))
+
+
+@pytest.fixture(scope="session")
 def tiny_vlm(tmp_path_factory):
     """A tiny Qwen2.5-VL (vision tower of two blocks), its tokenizer with the vision tokens
     and its image processor, saved to disk."""

@@ -17,11 +17,13 @@ from tests.workers.test_actor import (
 )
 
 
-def test_packed_log_probs_match_a_padded_transformers_forward(tiny_moe):
+@pytest.mark.parametrize("fixture", ["tiny_moe", "tiny_qwen2_moe"])
+def test_packed_log_probs_match_a_padded_transformers_forward(request, fixture):
+    path = request.getfixturevalue(fixture)
     batch = rl_batch(rows=6, seed=1)
-    with in_process(ActorWorker, config(tiny_moe, tokens_per_micro_batch=20)) as actor:
+    with in_process(ActorWorker, config(path, tokens_per_micro_batch=20)) as actor:
         out = actor.log_probs(batch)
-    expected = reference_log_probs(tiny_moe, batch, 1.0)
+    expected = reference_log_probs(path, batch, 1.0)
     valid = batch["attention_mask"][:, -5:].bool()
     torch.testing.assert_close(
         out["old_log_probs"][valid].double(), expected[valid], atol=2e-5, rtol=0

@@ -1,13 +1,14 @@
 """The native engine on a mixture-of-experts model (a tiny Qwen3-MoE): its batched expert
 dispatch equals transformers' sparse block, its greedy output equals transformers'
-``generate`` token for token, and its sampled log-probs equal the trainer's."""
+``generate`` token for token (Qwen2-MoE's shared expert too), and its sampled log-probs
+equal the trainer's."""
 
 import pytest
 import torch
 
 from ascent.models import load_causal_lm
 from ascent.rollout import NativeEngine, SamplingParams
-from ascent.rollout.mlp import Experts, GatedMLP, mlp_of
+from ascent.rollout.mlp import Experts, GatedMLP, SharedExperts, mlp_of
 from ascent.workers import ActorWorker
 from ascent.workers.rollout_samples import SampleRollouts
 from tests.rollout.test_native_engine import hf_greedy
@@ -34,9 +35,22 @@ def test_expert_dispatch_equals_the_transformers_block(tiny_moe):
         torch.testing.assert_close(weights.sum(-1), torch.ones(33))
 
 
-@pytest.mark.parametrize("seats", [2, 16])
-def test_greedy_equals_transformers(tiny_moe, seats):
-    model = load_causal_lm(tiny_moe).eval()
+def test_a_shared_expert_block_equals_the_transformers_block(tiny_qwen2_moe):
+    """Qwen2-MoE: routed experts plus a shared expert behind a sigmoid gate."""
+    model = load_causal_lm(tiny_qwen2_moe).eval()
+    x = torch.randn(2, 9, model.config.hidden_size, generator=torch.Generator().manual_seed(1))
+    for layer in model.model.layers:
+        feed_forward = mlp_of(layer)
+        assert isinstance(feed_forward, SharedExperts)
+        with torch.no_grad():
+            torch.testing.assert_close(feed_forward(x), layer.mlp(x), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("fixture", "seats"), [("tiny_moe", 2), ("tiny_moe", 16), ("tiny_qwen2_moe", 4)]
+)
+def test_greedy_equals_transformers(request, fixture, seats):
+    model = load_causal_lm(request.getfixturevalue(fixture)).eval()
     expected = [hf_greedy(model, prompt, 16) for prompt in PROMPTS]
     engine = NativeEngine(model, max_num_seqs=seats, max_model_len=128)
     assert [s.token_ids for s in engine.generate(PROMPTS, GREEDY)] == expected

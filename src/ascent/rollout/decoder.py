@@ -2,7 +2,7 @@
 
 Supported: the decoder-only models whose layers are RMSNorm -> attention (RoPE, grouped-query,
 optional q/k/v biases, optional per-head q/k RMSNorm) -> RMSNorm -> SiLU-gated MLP or top-k
-mixture of SiLU-gated experts: Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral (without sliding
+mixture of SiLU-gated experts: Llama, Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, Mistral (without sliding
 windows shorter than the context). The passes read the
 model's own parameter tensors, so a model whose parameters alias the trainer's generates with
 the trainer's current weights without a copy. RoPE comes from the model's own rotary module,
@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from ascent.rollout import paged_attention
 from ascent.rollout.kv_cache import PagedKVCache
-from ascent.rollout.mlp import Experts, GatedMLP, mlp_of
+from ascent.rollout.mlp import FeedForward, GatedMLP, mlp_of
 from ascent.rollout.paged_attention import PagedBatch
 
 HEAD_ROWS = 1024  # vocabulary rows per slice of the output head on a CPU (see _logits)
@@ -27,7 +27,9 @@ SUPPORTED = (
     "Qwen2ForCausalLM",
     "Qwen3ForCausalLM",
     "MistralForCausalLM",
-    "Qwen3MoeForCausalLM",  # mixture-of-experts layers: ``ascent.rollout.mlp.Experts``
+    # mixture-of-experts layers: ``ascent.rollout.mlp`` (Qwen2-MoE's with a shared expert)
+    "Qwen2MoeForCausalLM",
+    "Qwen3MoeForCausalLM",
     # vision-language: a Qwen2 language model behind a vision tower (``ascent.rollout.vision``)
     "Qwen2VLForConditionalGeneration",
     "Qwen2_5_VLForConditionalGeneration",
@@ -66,7 +68,7 @@ class LayerWeights:
     q_norm: Norm | None
     k_norm: Norm | None
     post_norm: Norm
-    mlp: GatedMLP | Experts
+    mlp: FeedForward
 
     @classmethod
     def of(cls, layer: nn.Module) -> "LayerWeights":
@@ -135,7 +137,7 @@ class DecoderRunner:
             self.layers = [LayerWeights.of(layer) for layer in self.base.layers]
         except ValueError as error:
             raise ValueError(f"{name}: {error}") from None
-        self.has_experts = any(isinstance(layer.mlp, Experts) for layer in self.layers)
+        self.has_experts = any(not isinstance(layer.mlp, GatedMLP) for layer in self.layers)
         self.final_norm = Norm.of(self.base.norm)
         self.head = model.lm_head.weight
 

@@ -74,20 +74,41 @@ class Experts:
         return out.view(shape)
 
 
-def mlp_of(layer: nn.Module) -> GatedMLP | Experts:
+@dataclass(frozen=True)
+class SharedExperts:
+    """Qwen2-MoE's block: the routed ``Experts`` plus one shared expert that every token
+    goes through, scaled by sigmoid(x @ shared_gate^T) (shared_gate (1, H))."""
+
+    routed: Experts
+    shared: GatedMLP
+    shared_gate: Tensor
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.routed(x) + torch.sigmoid(F.linear(x, self.shared_gate)) * self.shared(x)
+
+
+FeedForward = GatedMLP | Experts | SharedExperts
+
+
+def mlp_of(layer: nn.Module) -> FeedForward:
     """The feed-forward of a transformers decoder layer; ValueError for a kind the engine
-    does not run (MLP biases, shared experts)."""
+    does not run (MLP biases)."""
     mlp = layer.mlp
-    if hasattr(mlp, "experts"):
-        if hasattr(mlp, "shared_expert"):
-            raise ValueError("mixture-of-experts blocks with a shared expert are not supported")
-        return Experts(
-            router=mlp.gate.weight,
-            gate_up=mlp.experts.gate_up_proj,
-            down=mlp.experts.down_proj,
-            top_k=mlp.gate.top_k,
-            normalize=bool(mlp.gate.norm_topk_prob),
-        )
+    if not hasattr(mlp, "experts"):
+        return _gated(mlp)
+    routed = Experts(
+        router=mlp.gate.weight,
+        gate_up=mlp.experts.gate_up_proj,
+        down=mlp.experts.down_proj,
+        top_k=mlp.gate.top_k,
+        normalize=bool(mlp.gate.norm_topk_prob),
+    )
+    if not hasattr(mlp, "shared_expert"):
+        return routed
+    return SharedExperts(routed, _gated(mlp.shared_expert), mlp.shared_expert_gate.weight)
+
+
+def _gated(mlp: nn.Module) -> GatedMLP:
     if getattr(mlp.gate_proj, "bias", None) is not None:
         raise ValueError("MLP biases are not supported by the native engine")
     return GatedMLP(mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)

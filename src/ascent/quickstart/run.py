@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ascent.config import load_config
 from ascent.models import build_tiny_model
+from ascent.models.tiny_moe import build_tiny_moe
 from ascent.quickstart.plot import plot_run
 from ascent.quickstart.task import split_pairs, write_rl_rows
 from ascent.quickstart.warm_start import attempt_seed, warm_start
@@ -78,26 +79,47 @@ def fresh_output(out_dir: str) -> Path:
     return out
 
 
-def fresh_models(out: Path, seed: int) -> Callable[[int], str]:
-    """``base_model(attempt)`` for ``warm_start``: writes a fresh ~1M-parameter model (attempt
-    0 initialised from the run's seed) under ``out`` and returns its directory."""
+MODELS = ("dense", "moe")
+
+
+def fresh_models(out: Path, seed: int, model: str = "dense") -> Callable[[int], str]:
+    """``base_model(attempt)`` for ``warm_start``: writes a fresh model (attempt 0
+    initialised from the run's seed) under ``out`` and returns its directory. ``dense``: a
+    ~1M-parameter Qwen2-shaped model; ``moe``: a Qwen3-MoE of the same width and depth
+    whose layers route each token to 2 of 4 experts of width 256 (the dense MLP's 512)."""
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {MODELS}, not {model!r}")
 
     def base_model(attempt: int) -> str:
         directory = out / ("base" if attempt == 0 else f"base_{attempt}")
+        seed_here = attempt_seed(seed, attempt)
+        if model == "moe":
+            return str(
+                build_tiny_moe(
+                    directory,
+                    hidden_size=128,
+                    layers=4,
+                    heads=4,
+                    kv_heads=2,
+                    experts=4,
+                    experts_per_token=2,
+                    expert_size=256,
+                    intermediate_size=512,  # unused: every layer is sparse
+                    seed=seed_here,
+                )
+            )
         return str(
             build_tiny_model(
-                directory,
-                hidden_size=128,
-                layers=4,
-                intermediate_size=512,
-                seed=attempt_seed(seed, attempt),
+                directory, hidden_size=128, layers=4, intermediate_size=512, seed=seed_here
             )
         )
 
     return base_model
 
 
-def prepare(seed: int, out: Path, sft_target: float = 0.3) -> tuple[str, dict[str, str], dict, int]:
+def prepare(
+    seed: int, out: Path, sft_target: float = 0.3, model: str = "dense"
+) -> tuple[str, dict[str, str], dict, int]:
     """The task's data and the SFT warm start in ``out``: returns the warm model's
     directory, the RL data files (train, held_out), the warm start's summary and the
     number of held-out problems."""
@@ -109,7 +131,7 @@ def prepare(seed: int, out: Path, sft_target: float = 0.3) -> tuple[str, dict[st
     )
 
     warm = warm_start(
-        fresh_models(out, seed), out / "sft", train, dev, seed=seed, target=sft_target
+        fresh_models(out, seed, model), out / "sft", train, dev, seed=seed, target=sft_target
     )
     restarted = f" (attempt {warm['attempts']})" if warm["attempts"] > 1 else ""
     print(
@@ -133,11 +155,13 @@ def run_quickstart(
     lr: float = 3e-4,  # 4e-4 collapsed seed 1 to 1% held out on one machine (README)
     sft_target: float = 0.3,
     overrides: tuple[str, ...] = (),
+    model: str = "dense",
 ) -> int:
-    """Runs everything; returns 0 when RL raised held-out accuracy by at least 30 points."""
+    """Runs everything; returns 0 when RL raised held-out accuracy by at least 30 points.
+    ``model``: ``dense`` or ``moe`` (a mixture of experts; see ``fresh_models``)."""
     began = time.perf_counter()
     out = fresh_output(out_dir)
-    model_dir, data, warm, held_out_problems = prepare(seed, out, sft_target)
+    model_dir, data, warm, held_out_problems = prepare(seed, out, sft_target, model)
     rl_began = time.perf_counter()
     result = train_rl(rl_config(model_dir, data, out, seed, steps, lr, overrides))
     rl_seconds = time.perf_counter() - rl_began
@@ -146,6 +170,7 @@ def run_quickstart(
         **outcome(result, out / "rl"),
         "held_out_problems": held_out_problems,
         "seed": seed,
+        "model_kind": model,
         "sft": warm,
         "rl": {"steps": steps, "seconds": rl_seconds, "lr": lr},
         "seconds": time.perf_counter() - began,

@@ -10,6 +10,7 @@ from ascent.moe.routing import (
     expert_load_metrics,
     is_mixture_of_experts,
     load_balancing_loss,
+    routers_of,
 )
 
 
@@ -40,12 +41,12 @@ def test_the_tape_records_every_sparse_layer_in_the_graph(tiny_moe, tiny_model):
     model = load_causal_lm(tiny_moe)
     assert is_mixture_of_experts(model) and not is_mixture_of_experts(load_causal_lm(tiny_model))
     ids = torch.randint(0, 250, (2, 7), generator=torch.Generator().manual_seed(0))
-    with RouterTape(model) as tape:
+    with RouterTape(routers_of(model)) as tape:
         model(input_ids=ids)
     assert tape.recorded() and len(tape.logits) == 2  # layers 0 and 2; layer 1 is dense
     assert tape.logits[0].shape == (14, 4) and tape.experts[0].shape == (14, 2)
     load_balancing_loss(tape.logits, tape.experts, torch.ones(14, dtype=torch.bool)).backward()
     assert model.model.layers[0].mlp.gate.weight.grad.abs().sum() > 0
-    with RouterTape(load_causal_lm(tiny_model)) as dense:
+    with RouterTape(routers_of(load_causal_lm(tiny_model))) as dense:
         pass
     assert not dense.recorded()

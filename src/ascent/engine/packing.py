@@ -54,6 +54,15 @@ class PackedSequences:
     def num_tokens(self) -> int:
         return self.input_ids.shape[1]
 
+    def real_tokens(self) -> Tensor:
+        """(N,) bool over the flattened ``input_ids``: the positions that hold a row's token
+        (all of them packed; the attention mask's padded)."""
+        if self.attention_mask is None:
+            return torch.ones(
+                self.input_ids.numel(), dtype=torch.bool, device=self.input_ids.device
+            )
+        return self.attention_mask.flatten().bool()
+
     def unpack(self, values: Tensor, fill: float = 0.0) -> Tensor:
         """(M,) per-query values -> (B, R), ``fill`` where no query lands (differentiable)."""
         out = torch.full(self.shape, fill, dtype=values.dtype, device=values.device)

@@ -32,18 +32,23 @@ def is_mixture_of_experts(model: nn.Module) -> bool:
     return bool(sparse_blocks(model))
 
 
+def routers_of(model: nn.Module) -> list[nn.Module]:
+    """The routers of the model's sparse layers, in order (found once, taped many times)."""
+    return [block.gate for block in sparse_blocks(model)]
+
+
 @dataclass
 class RouterTape:
-    """``with RouterTape(model) as tape:`` records every sparse layer's router logits and
-    chosen experts in ``tape.logits`` and ``tape.experts`` (one entry per layer, in order,
-    for the last forward in the block)."""
+    """``with RouterTape(routers_of(model)) as tape:`` records every sparse layer's router
+    logits and chosen experts in ``tape.logits`` and ``tape.experts`` (one entry per layer,
+    in order, for the last forward in the block)."""
 
-    model: nn.Module
+    routers: list[nn.Module]
     logits: list[Tensor] = field(default_factory=list)
     experts: list[Tensor] = field(default_factory=list)
 
     def __enter__(self) -> "RouterTape":
-        routers = [block.gate for block in sparse_blocks(self.model)]
+        routers = self.routers
         self._slots = {id(router): i for i, router in enumerate(routers)}
         self.logits = [None] * len(routers)
         self.experts = [None] * len(routers)

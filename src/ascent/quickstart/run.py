@@ -13,7 +13,7 @@ from ascent.models import build_tiny_model
 from ascent.models.tiny_moe import build_tiny_moe
 from ascent.quickstart.plot import plot_run
 from ascent.quickstart.task import split_pairs, write_rl_rows
-from ascent.quickstart.warm_start import attempt_seed, warm_start
+from ascent.quickstart.warm_start import attempt_dir, attempt_seed, warm_start
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.loop import train_rl
 
@@ -91,7 +91,7 @@ def fresh_models(out: Path, seed: int, model: str = "dense") -> Callable[[int], 
         raise ValueError(f"model must be one of {MODELS}, not {model!r}")
 
     def base_model(attempt: int) -> str:
-        directory = out / ("base" if attempt == 0 else f"base_{attempt}")
+        directory = attempt_dir(out, attempt)
         seed_here = attempt_seed(seed, attempt)
         if model == "moe":
             return str(

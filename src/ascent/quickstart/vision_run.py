@@ -20,7 +20,7 @@ from ascent.models.tiny_vlm import build_tiny_vlm
 from ascent.quickstart.run import fresh_output, rl_config
 from ascent.quickstart.vision_task import SOURCE, split_pictures, write_rl_rows
 from ascent.quickstart.vision_warm_start import greedy_accuracy, vision_warm_start
-from ascent.quickstart.warm_start import attempt_seed, warm_start
+from ascent.quickstart.warm_start import attempt_dir, attempt_seed, warm_start
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.loop import train_rl
 from ascent.workers.rollout import RolloutConfig, RolloutWorker
@@ -60,7 +60,7 @@ def base_models(out: Path, seed: int) -> Callable[[int], str]:
     """``base_model(attempt)`` for ``warm_start``: a fresh tiny Qwen2.5-VL per attempt."""
 
     def base_model(attempt: int) -> str:
-        directory = out / ("base" if attempt == 0 else f"base_{attempt}")
+        directory = attempt_dir(out, attempt)
         return str(
             build_tiny_vlm(
                 directory,

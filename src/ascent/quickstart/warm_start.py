@@ -69,6 +69,11 @@ ADDITION = WarmStartTask(
 )
 
 
+def attempt_dir(out: Path, attempt: int) -> Path:
+    """Where attempt ``attempt``'s fresh model goes: ``base``, then ``base_1``, ..."""
+    return out / ("base" if attempt == 0 else f"base_{attempt}")
+
+
 def attempt_seed(seed: int, attempt: int) -> int:
     """The seed of a warm start's ``attempt``-th model and data order; attempt 0 is ``seed``."""
     return seed + 1000 * attempt

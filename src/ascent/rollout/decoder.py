@@ -2,11 +2,11 @@
 
 Supported: the decoder-only models whose layers are RMSNorm -> attention (RoPE, grouped-query,
 optional q/k/v biases, optional per-head q/k RMSNorm) -> RMSNorm -> SiLU-gated MLP or top-k
-mixture of SiLU-gated experts: Llama, Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, Mistral (without sliding
-windows shorter than the context). The passes read the
-model's own parameter tensors, so a model whose parameters alias the trainer's generates with
-the trainer's current weights without a copy. RoPE comes from the model's own rotary module,
-so every RoPE scaling variant it supports is reproduced exactly.
+mixture of SiLU-gated experts: Llama, Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, Mistral (without
+sliding windows shorter than the context). The passes read the model's own parameter tensors,
+so a model whose parameters alias the trainer's generates with the trainer's current weights
+without a copy. RoPE comes from the model's own rotary module, so every RoPE scaling variant
+it supports is reproduced exactly.
 """
 
 from collections.abc import Callable

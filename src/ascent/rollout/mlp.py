@@ -1,6 +1,7 @@
-"""The feed-forward half of a decoder layer for the native engine: a SiLU-gated MLP, or a
-mixture of experts (Qwen3-MoE's sparse block). Both read the model's own parameters, so a
-weight refresh that replaces their data is seen at once."""
+"""The feed-forward half of a decoder layer for the native engine: a SiLU-gated MLP, a
+mixture of experts (Qwen3-MoE's sparse block), or one with a shared expert (Qwen2-MoE's).
+All read the model's own parameters, so a weight refresh that replaces their data is seen
+at once."""
 
 from dataclasses import dataclass
 

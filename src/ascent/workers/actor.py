@@ -12,11 +12,11 @@ from ascent.algos import (
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
 from ascent.engine.weights import buckets
-from ascent.moe.routing import RouterTape, routing_terms
+from ascent.moe.routing import RouterTape, routers_of, routing_terms
 from ascent.workers.common import (
     EngineCheckpoints,
     gather_full_weights,
-    laid_out_tokens,
+    pack,
     policy_forward,
     require,
     response_length,
@@ -36,6 +36,7 @@ class ActorWorker(EngineCheckpoints, Worker):
         self.config = ActorConfig.model_validate(config)
         self.packed = self.config.model.packed
         self.engine = trainable_policy_engine(self.config, self.device)
+        self.routers = routers_of(self.engine.module)  # a mixture of experts' (else none)
 
     @register(Dispatch.DP)
     def log_probs(self, batch: Batch) -> Batch:
@@ -88,9 +89,10 @@ class ActorWorker(EngineCheckpoints, Worker):
 
     def _micro_loss(self, micro: Batch, normalizer: LossNormalizer) -> tuple[torch.Tensor, dict]:
         cfg, device = self.config, self.device
-        with RouterTape(self.engine.module) as routes:  # records nothing for a dense model
+        layout = pack(micro, device, self.packed)
+        with RouterTape(self.routers) as routes:  # records nothing for a dense model
             log_probs, entropy = policy_forward(
-                self.engine.module, micro, device, cfg.temperature, self.packed
+                self.engine.module, micro, device, cfg.temperature, self.packed, layout
             )
         mask = micro["response_mask"].to(device)
         old = micro["old_log_probs"].to(device) if "old_log_probs" in micro else log_probs.detach()
@@ -134,8 +136,9 @@ class ActorWorker(EngineCheckpoints, Worker):
         loss, metrics = objective.loss, metrics | objective.metrics
         if routes.recorded():  # a mixture of experts: its load, and the balancing loss
             share = float(mask.sum()) * normalizer.dp_size / max(normalizer.num_tokens, 1.0)
-            valid = laid_out_tokens(micro, device, self.packed)
-            balance, moe_metrics = routing_terms(routes, valid, cfg.router_aux_loss_coef, share)
+            balance, moe_metrics = routing_terms(
+                routes, layout.real_tokens(), cfg.router_aux_loss_coef, share
+            )
             loss = loss if balance is None else loss + balance
             metrics |= moe_metrics
         return loss, metrics

@@ -53,15 +53,6 @@ def pack(batch: Batch, device: torch.device, packed: bool) -> PackedSequences:
     return pack_for_responses(ids, mask, response_length(batch), packed=packed)
 
 
-def laid_out_tokens(batch: Batch, device: torch.device, packed: bool) -> Tensor:
-    """Which positions of the forward's flattened input (``pack``'s layout) are real tokens
-    (N,) bool: all of them packed, the attention mask's padded."""
-    inputs = pack(batch, device, packed)
-    if inputs.attention_mask is None:
-        return torch.ones(inputs.num_tokens, dtype=torch.bool, device=device)
-    return inputs.attention_mask.flatten().bool()
-
-
 def model_inputs(
     module: nn.Module, batch: Batch, inputs: PackedSequences, device: torch.device
 ) -> dict[str, Tensor]:
@@ -80,10 +71,16 @@ def model_inputs(
 
 
 def policy_forward(
-    module: nn.Module, batch: Batch, device: torch.device, temperature: float, packed: bool
+    module: nn.Module,
+    batch: Batch,
+    device: torch.device,
+    temperature: float,
+    packed: bool,
+    inputs: PackedSequences | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Log-probs and entropy (B, R) of the response tokens, from one forward."""
-    inputs = pack(batch, device, packed)
+    """Log-probs and entropy (B, R) of the response tokens, from one forward; ``inputs``:
+    the batch already laid out by ``pack`` (else it is laid out here)."""
+    inputs = inputs if inputs is not None else pack(batch, device, packed)
     log_probs, entropy = module(
         inputs.input_ids,
         query_index=inputs.query_index,

@@ -86,3 +86,10 @@ class FSDPConfig(Strict):
     reshard_after_forward: bool = Field(
         True, description="Free gathered layer weights after forward (re-gathered in backward)."
     )
+    expert_parallel: int = Field(
+        1,
+        ge=1,
+        description="Mixture of experts: split each sparse layer's experts over this many "
+        "ranks (the mesh's ep axis; tokens reach them by all-to-all); must divide the role's "
+        "ranks and the expert count. 1: every rank holds a shard of every expert.",
+    )

@@ -5,6 +5,11 @@ or ``ValueModule`` holding embeddings, final norm and head) is the last; paramet
 in float32 and, on CUDA, computed in bfloat16 with float32 gradient reduction. Gradients are
 *averaged* over ranks by FSDP, which is why the loss aggregation scales each rank's share by
 the number of ranks (``ascent.algos.aggregation``).
+
+With ``fsdp.expert_parallel`` = ep > 1 (a mixture of experts), each sparse layer's experts
+are first split over the mesh's ep axis (``ascent.moe.expert_parallel``), and each split is
+its own FSDP unit over the edp axis (``ascent.engine.mesh``). An expert's gradient sums the
+tokens of all ep ranks; its reduction divides by all W ranks, so it is the same average.
 """
 
 from collections.abc import Iterator
@@ -13,13 +18,15 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from ascent.engine.config import FSDPConfig, OptimConfig
+from ascent.engine.gradients import clip_sharded_gradients
+from ascent.engine.mesh import training_mesh
 from ascent.engine.modules import decoder_layers, unwrap
 from ascent.engine.schedule import lr_multiplier
 from ascent.engine.weights import iter_full_weights, weight_layout
+from ascent.moe.expert_parallel import shard_experts
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -59,9 +66,8 @@ class TrainEngine:
                     gradient_checkpointing_kwargs={"use_reentrant": False}
                 )
         module.to(device)
-        world = dist.get_world_size()
-        mesh = init_device_mesh(device.type, (world,))
-        options: dict = {"mesh": mesh, "reshard_after_forward": fsdp.reshard_after_forward}
+        mesh = training_mesh(device.type, fsdp.expert_parallel)
+        options: dict = {"reshard_after_forward": fsdp.reshard_after_forward}
         param_dtype = DTYPES[fsdp.param_dtype] if fsdp.param_dtype else None
         if param_dtype is None and device.type == "cuda":
             param_dtype = torch.bfloat16
@@ -71,9 +77,14 @@ class TrainEngine:
             )
         if fsdp.cpu_offload:
             options["offload_policy"] = CPUOffloadPolicy()
+        if mesh.ep is not None:
+            for experts in shard_experts(module.model, mesh.ep):
+                fully_shard(experts, mesh=mesh.edp, **options)
+                experts.set_gradient_divide_factor(float(dist.get_world_size()))
         for layer in decoder_layers(module.model):
-            fully_shard(layer, **options)
-        fully_shard(module, **options)
+            fully_shard(layer, mesh=mesh.fsdp, **options)
+        fully_shard(module, mesh=mesh.fsdp, **options)
+        self.mesh = mesh
         self.module = module
         self.optim_config = optim
         self.steps = 0
@@ -104,8 +115,7 @@ class TrainEngine:
         if self.optimizer is None:
             raise RuntimeError("this engine has no optimiser (built with optim=None)")
         max_norm = self.optim_config.grad_clip or float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.trainable, max_norm)
-        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        grad_norm = clip_sharded_gradients(self.trainable, max_norm)
         lr = self.optimizer.param_groups[0]["lr"]
         skipped = not torch.isfinite(torch.tensor(grad_norm))
         if not skipped:

@@ -32,3 +32,17 @@ def per_expert_names(named_tensors: Iterable[tuple[str, Tensor]]) -> Iterator[tu
                 yield f"{prefix}{expert}.down_proj.weight", tensor[expert]
         else:
             yield name, tensor
+
+
+# Where a checkpoint's config.json states the number of routed experts, by family.
+EXPERT_COUNT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")
+
+
+def expert_count(model_config: dict) -> int:
+    """Routed experts per sparse layer that a config.json declares; 0 for a dense model.
+    A vision-language config's text model counts (``text_config``)."""
+    for key in EXPERT_COUNT_KEYS:
+        if model_config.get(key):
+            return int(model_config[key])
+    text = model_config.get("text_config")
+    return expert_count(text) if isinstance(text, dict) else 0

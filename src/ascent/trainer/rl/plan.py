@@ -11,6 +11,7 @@ from ascent.config import ConfigError
 from ascent.trainer.rl.config import AlgorithmSettings, PFPPOSettings, RLConfig
 from ascent.trainer.rl.plan_checks import (
     check_agent,
+    check_expert_parallel,
     check_mode,
     check_names,
     check_needs,
@@ -128,6 +129,7 @@ def make_plan(config: RLConfig) -> Plan:
     check_mode(config, dynamic, estimator, needs)
     check_needs(config, estimator, needs)
     check_agent(config)
+    check_expert_parallel(config, needs)
     return Plan(
         estimator=estimator,
         estimator_params=estimator_params,

@@ -3,7 +3,9 @@ with an error that names the fields. Each check reads the config and what the es
 declared it needs (``ascent.algos.needs``), never the estimator's name."""
 
 import inspect
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ascent.algos.advantages import ADVANTAGE_ESTIMATORS
@@ -11,6 +13,8 @@ from ascent.algos.kl import kl_estimator_name
 from ascent.algos.losses import POLICY_LOSSES
 from ascent.algos.needs import Needs
 from ascent.config import ConfigError
+from ascent.engine.config import FSDPConfig
+from ascent.moe.checkpoint import expert_count
 from ascent.trainer.rl.config import RLConfig
 
 
@@ -125,3 +129,32 @@ def check_agent(config: RLConfig) -> None:
             "rollout.agent needs rollout.engine native, serve or vllm (request-level "
             f"engines that follow the policy), not {config.rollout.engine}"
         )
+
+
+def check_expert_parallel(config: RLConfig, needs: Needs) -> None:
+    """Each training role's ``fsdp.expert_parallel`` divides the ranks and its checkpoint's
+    experts (the reference shards as the actor does)."""
+    world = config.resources.world_size
+    roles: dict[str, tuple[FSDPConfig, str]] = {"actor": (config.actor.fsdp, config.model.path)}
+    if needs.values:
+        roles["critic"] = (config.critic.fsdp, (config.critic.model or config.model).path)
+    if needs.process_rewards:
+        model = config.implicit_prm.model or config.model
+        roles["implicit_prm"] = (config.implicit_prm.fsdp, model.path)
+    for role, (fsdp, path) in roles.items():
+        ep = fsdp.expert_parallel
+        if ep == 1:
+            continue
+        field = f"{role}.fsdp.expert_parallel={ep}"
+        if world % ep:
+            raise ConfigError(f"{field} must divide the {world} training rank(s) (resources)")
+        config_file = Path(path) / "config.json"
+        if not config_file.is_file():
+            continue  # the model's own loading names the missing checkpoint
+        experts = expert_count(json.loads(config_file.read_text()))
+        if experts == 0:
+            raise ConfigError(
+                f"{field}: {path} is a dense model (no experts to split); set it to 1"
+            )
+        if experts % ep:
+            raise ConfigError(f"{field} must divide the model's {experts} experts ({path})")

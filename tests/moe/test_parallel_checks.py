@@ -13,7 +13,9 @@ def plan(path, prompts, tmp_path, *overrides):
 
 
 def test_a_divisor_of_ranks_and_experts_is_accepted(tiny_moe, prompts, tmp_path):
-    plan(tiny_moe, prompts, tmp_path, "resources.devices_per_node=2", "actor.fsdp.expert_parallel=2")
+    plan(
+        tiny_moe, prompts, tmp_path, "resources.devices_per_node=2", "actor.fsdp.expert_parallel=2"
+    )
 
 
 @pytest.mark.parametrize(
@@ -40,6 +42,62 @@ def test_what_cannot_split_is_refused(tiny_moe, prompts, tmp_path, overrides, me
 
 
 def test_a_dense_model_has_no_experts_to_split(tiny_model, prompts, tmp_path):
-    with pytest.raises(ConfigError, match="is a dense model .* set it to 1"):
-        plan(tiny_model, prompts, tmp_path, "resources.devices_per_node=2",
-             "actor.fsdp.expert_parallel=2")
+    with pytest.raises(ConfigError, match=r"is a dense model .* set it to 1"):
+        plan(
+            tiny_model,
+            prompts,
+            tmp_path,
+            "resources.devices_per_node=2",
+            "actor.fsdp.expert_parallel=2",
+        )
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ("resources.devices_per_node=2", "actor.sequence_parallel=2"),
+            "actor.sequence_parallel=2 splits packed rows: set model.packing=packed",
+        ),
+        (
+            ("resources.devices_per_node=8", "model.packing=packed", "actor.sequence_parallel=8"),
+            "actor.sequence_parallel=8 must divide the model's 4 attention heads",
+        ),
+        (
+            ("resources.devices_per_node=2", "model.packing=packed", "actor.sequence_parallel=4"),
+            "actor.sequence_parallel=4 must divide the 2 training rank(s)",
+        ),
+    ],
+)
+def test_what_cannot_split_its_sequences_is_refused(
+    tiny_model, prompts, tmp_path, overrides, message
+):
+    with pytest.raises(ConfigError) as error:
+        plan(tiny_model, prompts, tmp_path, *overrides)
+    assert message in str(error.value)
+
+
+def test_split_sequences_are_planned(tiny_model, prompts, tmp_path):
+    plan(
+        tiny_model,
+        prompts,
+        tmp_path,
+        "resources.devices_per_node=2",
+        "model.packing=packed",
+        "actor.sequence_parallel=2",
+        "algorithm.name=ppo",
+        "critic.sequence_parallel=2",
+    )
+
+
+def test_experts_and_sequences_are_not_split_together_yet(tiny_moe, prompts, tmp_path):
+    with pytest.raises(ConfigError, match="are not combined yet"):
+        plan(
+            tiny_moe,
+            prompts,
+            tmp_path,
+            "resources.devices_per_node=2",
+            "model.packing=packed",
+            "actor.sequence_parallel=2",
+            "actor.fsdp.expert_parallel=2",
+        )

@@ -1,7 +1,8 @@
 """An RL update does not depend on the number of data-parallel ranks: the same rollouts
 (dumped once, replayed) trained on one rank and on two ranks over Ray, with two mini-batches
 per step for the actor and the critic, give the same losses and gradient norms, step after
-step. Without ``for_ranks`` rank r's j-th slice would make global mini-batch j hold
+step; so does one replica whose sequences are split over two ranks (Ulysses). Without
+``for_ranks`` rank r's j-th slice would make global mini-batch j hold
 different rows for one and two ranks."""
 
 import json
@@ -32,7 +33,8 @@ def test_one_and_two_ranks_make_the_same_updates(tiny_model, prompts, tmp_path, 
             f"trainer.dump_rollouts={dumps}",
         )
     )
-    for name, ranks in [("one", 1), ("two", 2)]:
+    split = ["model.packing=packed", "actor.sequence_parallel=2", "critic.sequence_parallel=2"]
+    for name, ranks, extra in [("one", 1, []), ("two", 2, []), ("split", 2, split)]:
         train_rl(
             config(
                 tiny_model,
@@ -41,11 +43,13 @@ def test_one_and_two_ranks_make_the_same_updates(tiny_model, prompts, tmp_path, 
                 *TWO_MINI_BATCHES,
                 f"trainer.replay_rollouts={dumps}",
                 f"resources.devices_per_node={ranks}",
+                *extra,
             )
         )
     for key in ["actor/pg_loss", "actor/grad_norm", "actor/pg_clipfrac", "critic/vf_loss"]:
-        one, two = metric(tmp_path / "one", key), metric(tmp_path / "two", key)
+        one = metric(tmp_path / "one", key)
         assert len(one) == 2, key
-        assert two == pytest.approx(one, rel=1e-4, abs=1e-6), key
+        for other in ("two", "split"):  # split: one replica, its sequences over two ranks
+            assert metric(tmp_path / other, key) == pytest.approx(one, rel=1e-4, abs=1e-6), key
     workers = json.loads((tmp_path / "two" / "processes.json").read_text())
     assert {w["rank"] for w in workers if w["role"] == "actor"} == {0, 1}

@@ -9,7 +9,12 @@ the number of ranks (``ascent.algos.aggregation``).
 With ``fsdp.expert_parallel`` = ep > 1 (a mixture of experts), each sparse layer's experts
 are first split over the mesh's ep axis (``ascent.moe.expert_parallel``), and each split is
 its own FSDP unit over the edp axis (``ascent.engine.mesh``). An expert's gradient sums the
-tokens of all ep ranks; its reduction divides by all W ranks, so it is the same average.
+tokens of all ep ranks and is scaled to the same average over all W ranks.
+
+With ``sequence_parallel`` = sp > 1, the sp ranks of a replica share its micro-batches
+(``ascent.engine.ulysses``) and each contributes the gradient of its tokens. The losses are
+scaled by the replica count D = W / sp, and each rank's gradient by sp (the gradient of
+the gather of every rank's log-probs), so FSDP's average over W is again the step's.
 """
 
 from collections.abc import Iterator
@@ -22,9 +27,10 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 
 from ascent.engine.config import FSDPConfig, OptimConfig
 from ascent.engine.gradients import clip_sharded_gradients
-from ascent.engine.mesh import training_mesh
+from ascent.engine.mesh import TrainingMesh, training_mesh
 from ascent.engine.modules import decoder_layers, unwrap
 from ascent.engine.schedule import lr_multiplier
+from ascent.engine.ulysses import ATTENTION as ULYSSES_ATTENTION
 from ascent.engine.weights import iter_full_weights, weight_layout
 from ascent.moe.expert_parallel import shard_experts
 
@@ -38,6 +44,16 @@ class StepResult:
     skipped: bool  # True when the gradient was not finite and no update was made
 
 
+def shard_module(module: nn.Module, mesh: TrainingMesh, options: dict) -> None:
+    """FSDP units: each sparse layer's split of the experts (over edp), every decoder layer,
+    then the root (over all ranks)."""
+    if mesh.ep is not None:
+        for experts in shard_experts(module.model, mesh.ep):
+            fully_shard(experts, mesh=mesh.edp, **options)
+    for unit in [*decoder_layers(module.model), module]:
+        fully_shard(unit, mesh=mesh.fsdp, **options)
+
+
 class TrainEngine:
     """Shards ``module`` (a root wrapper around a transformers model) and trains it."""
 
@@ -49,6 +65,7 @@ class TrainEngine:
         fsdp: FSDPConfig,
         optim: OptimConfig | None,
         gradient_checkpointing: bool = False,
+        sequence_parallel: int = 1,
     ) -> None:
         if fsdp.cpu_offload and device.type != "cuda":
             raise ValueError(
@@ -66,7 +83,9 @@ class TrainEngine:
                     gradient_checkpointing_kwargs={"use_reentrant": False}
                 )
         module.to(device)
-        mesh = training_mesh(device.type, fsdp.expert_parallel)
+        mesh = training_mesh(device.type, fsdp.expert_parallel, sequence_parallel)
+        if mesh.sp is not None:
+            model.set_attn_implementation(ULYSSES_ATTENTION)
         options: dict = {"reshard_after_forward": fsdp.reshard_after_forward}
         param_dtype = DTYPES[fsdp.param_dtype] if fsdp.param_dtype else None
         if param_dtype is None and device.type == "cuda":
@@ -77,13 +96,7 @@ class TrainEngine:
             )
         if fsdp.cpu_offload:
             options["offload_policy"] = CPUOffloadPolicy()
-        if mesh.ep is not None:
-            for experts in shard_experts(module.model, mesh.ep):
-                fully_shard(experts, mesh=mesh.edp, **options)
-                experts.set_gradient_divide_factor(float(dist.get_world_size()))
-        for layer in decoder_layers(module.model):
-            fully_shard(layer, mesh=mesh.fsdp, **options)
-        fully_shard(module, mesh=mesh.fsdp, **options)
+        shard_module(module, mesh, options)
         self.mesh = mesh
         self.module = module
         self.optim_config = optim
@@ -141,8 +154,11 @@ class TrainEngine:
         return weight_layout(self.module.model)
 
     def all_reduce_sum(self, values: list[float]) -> list[float]:
-        """Sum ``values`` over the ranks (used for the global loss denominators)."""
+        """Sum ``values`` over the data-parallel replicas (used for the global loss
+        denominators): the ranks of one sequence-parallel group hold the same rows, so
+        they count once."""
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         if dist.get_world_size() > 1:
-            dist.all_reduce(tensor)
+            group = self.mesh.dp.get_group() if self.mesh.dp is not None else None
+            dist.all_reduce(tensor, group=group)
         return tensor.tolist()

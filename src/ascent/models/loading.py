@@ -103,7 +103,8 @@ def load_value_model(
     """A critic: the checkpoint's transformer with a one-output token head (``score``).
 
     Loaded as ``AutoModelForTokenClassification`` with one label, so a causal-LM checkpoint
-    gives its backbone and a freshly initialised value head; dropout on the head is off. A
+    gives its backbone and a freshly initialised value head (the same on every rank and
+    run: a fixed seed); dropout on the head is off. A
     vision-language checkpoint gives a ``VisionValueModel`` (its backbone, vision tower
     included, and the same kind of head).
     """
@@ -124,14 +125,17 @@ def load_value_model(
         )
     config.num_labels = 1
     config.classifier_dropout = 0.0
-    return _from_pretrained(
-        AutoModelForTokenClassification,
-        directory,
-        config,
-        dtype,
-        trust_remote_code,
-        attn_implementation,
-    )
+    # The fresh head from a fixed seed: every rank (and every run) starts from the same one.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return _from_pretrained(
+            AutoModelForTokenClassification,
+            directory,
+            config,
+            dtype,
+            trust_remote_code,
+            attn_implementation,
+        )
 
 
 def load_sequence_classifier(

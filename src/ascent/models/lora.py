@@ -1,9 +1,12 @@
 """LoRA adapters through peft: only the adapters train; the reference policy is the same
 model with adapters disabled, so no second copy of the weights is held."""
 
+import torch
 from torch import nn
 
 from ascent.engine.config import LoraSettings
+
+ADAPTER_SEED = 0
 
 
 def apply_lora(model: nn.Module, settings: LoraSettings, *, train_heads: bool = False) -> nn.Module:
@@ -24,7 +27,11 @@ def apply_lora(model: nn.Module, settings: LoraSettings, *, train_heads: bool = 
         # all-linear would put adapters on a score head too; it trains whole instead
         exclude_modules=heads(model) if train_heads else None,
     )
-    wrapped = get_peft_model(model, config)
+    # The adapters' random initialisation from a fixed seed: every rank of a sharded model
+    # must start from the same adapters, whatever else drew random numbers before.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(ADAPTER_SEED)
+        wrapped = get_peft_model(model, config)
     if train_heads:
         for name in heads(model):
             getattr(model, name).requires_grad_(True)

@@ -20,47 +20,19 @@ router's choices e (N, k) and weights w (N, k):
 
 Every rank of the ep group must call every layer's forward the same number of times (the
 token-budget micro-batches are synchronised across ranks for FSDP already). Gradients of a
-rank's experts collect the contributions of the tokens of every ep rank; the engine sets
-the divisor of their reduction so that they average over all ranks, as FSDP's do.
+rank's experts collect the contributions of the tokens of every ep rank and are averaged by
+FSDP over the edp ranks only; scaled by 1 / ep, they are the average over all ranks that
+FSDP makes of every other gradient.
 """
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard
 
+from ascent.distributed import all_to_all, exchange_counts, scale_gradient
 from ascent.moe.routing import sparse_blocks
-
-
-class _AllToAll(torch.autograd.Function):
-    """Rows of ``x`` in consecutive groups of ``send`` counts go to ranks 0..P-1; the result
-    holds ``receive`` counts of rows from each rank in order. The gradient travels back."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, send: list[int], receive: list[int], group) -> Tensor:
-        ctx.send, ctx.receive, ctx.group = send, receive, group
-        out = x.new_empty((sum(receive), *x.shape[1:]))
-        dist.all_to_all_single(out, x.contiguous(), receive, send, group=group)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple:
-        back = grad.new_empty((sum(ctx.send), *grad.shape[1:]))
-        dist.all_to_all_single(back, grad.contiguous(), ctx.send, ctx.receive, group=ctx.group)
-        return back, None, None, None
-
-
-def all_to_all(x: Tensor, send: list[int], receive: list[int], group) -> Tensor:
-    return _AllToAll.apply(x, send, receive, group)
-
-
-def exchange_counts(send: Tensor, group) -> list[int]:
-    """How many rows each rank sends to this one, given what this one sends to each."""
-    receive = torch.empty_like(send)
-    dist.all_to_all_single(receive, send, group=group)
-    return receive.tolist()
 
 
 class ExpertParallelExperts(nn.Module):
@@ -81,7 +53,7 @@ class ExpertParallelExperts(nn.Module):
             local = getattr(experts, name).detach()[owned].clone()
             setattr(self, name, nn.Parameter(DTensor.from_local(local, mesh, [Shard(0)])))
 
-    def forward(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor):
+    def forward(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor) -> Tensor:
         top_k = top_k_index.shape[1]
         pairs = top_k_index.flatten()
         order = torch.argsort(pairs, stable=True)  # by expert, so by destination rank
@@ -98,7 +70,12 @@ class ExpertParallelExperts(nn.Module):
 
     def _local(self, rows: Tensor, ids: Tensor) -> Tensor:
         """Each received row through its (local) expert, in the order received."""
-        gate_up, down = _local_tensor(self.gate_up_proj), _local_tensor(self.down_proj)
+        # Each rank's loss is scaled so that FSDP's average over all W ranks is the step's
+        # gradient; an expert's gradient collects the tokens of all ep ranks and FSDP
+        # averages it over the edp = W / ep ranks only, hence 1 / ep more.
+        share = 1.0 / self.group.size()
+        gate_up = scale_gradient(_local_tensor(self.gate_up_proj), share)
+        down = scale_gradient(_local_tensor(self.down_proj), share)
         order = torch.argsort(ids, stable=True)
         counts = torch.bincount(ids, minlength=self.local_experts).tolist()
         outputs, start = [], 0

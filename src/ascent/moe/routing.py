@@ -17,6 +17,7 @@ discrete: the gradient flows through P. The load of expert e in a layer is N k f
 its imbalance, max_e f_e / mean_e f_e (1 when even, E when one expert takes every token).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -66,6 +67,13 @@ class RouterTape:
 
     def recorded(self) -> bool:
         return bool(self.logits) and all(t is not None for t in self.logits)
+
+    def gathered(self, gather: Callable[[Tensor], Tensor]) -> "RouterTape":
+        """The tape with every layer's logits and experts passed through ``gather`` (e.g.
+        the sequence-parallel ranks' tokens put together)."""
+        return RouterTape(
+            self.routers, [gather(t) for t in self.logits], [gather(t) for t in self.experts]
+        )
 
 
 def load_balancing_loss(logits: list[Tensor], experts: list[Tensor], valid: Tensor) -> Tensor:

@@ -15,12 +15,14 @@ from ascent.engine.weights import buckets
 from ascent.moe.routing import RouterTape, routers_of, routing_terms
 from ascent.workers.common import (
     EngineCheckpoints,
+    check_replicas,
     gather_full_weights,
     pack,
     policy_forward,
     require,
     response_length,
     response_log_probs,
+    sequence_shard,
     train,
     trainable_policy_engine,
 )
@@ -34,8 +36,11 @@ class ActorWorker(EngineCheckpoints, Worker):
 
     def __init__(self, config: ActorConfig | dict) -> None:
         self.config = ActorConfig.model_validate(config)
+        check_replicas(self.ctx, self.config.sequence_parallel)
         self.packed = self.config.model.packed
-        self.engine = trainable_policy_engine(self.config, self.device)
+        self.engine = trainable_policy_engine(
+            self.config, self.device, self.config.sequence_parallel
+        )
         self.routers = routers_of(self.engine.module)  # a mixture of experts' (else none)
 
     @register(Dispatch.DP)
@@ -83,7 +88,7 @@ class ActorWorker(EngineCheckpoints, Worker):
             self._micro_loss,
             role="actor",
             norm_length=cfg.max_response_length or response_length(batch),
-            world_size=self.ctx.world_size,
+            dp_size=self.ctx.dp_size,
             padded=not self.packed,
         )
 
@@ -92,7 +97,7 @@ class ActorWorker(EngineCheckpoints, Worker):
         layout = pack(micro, device, self.packed)
         with RouterTape(self.routers) as routes:  # records nothing for a dense model
             log_probs, entropy = policy_forward(
-                self.engine.module, micro, device, cfg.temperature, self.packed, layout
+                self.engine, micro, device, cfg.temperature, self.packed, layout
             )
         mask = micro["response_mask"].to(device)
         old = micro["old_log_probs"].to(device) if "old_log_probs" in micro else log_probs.detach()
@@ -136,9 +141,11 @@ class ActorWorker(EngineCheckpoints, Worker):
         loss, metrics = objective.loss, metrics | objective.metrics
         if routes.recorded():  # a mixture of experts: its load, and the balancing loss
             share = float(mask.sum()) * normalizer.dp_size / max(normalizer.num_tokens, 1.0)
-            balance, moe_metrics = routing_terms(
-                routes, layout.real_tokens(), cfg.router_aux_loss_coef, share
-            )
+            valid = layout.real_tokens()
+            shard = sequence_shard(self.engine, micro, layout)
+            if shard is not None:  # this rank routed its share: the micro-batch's whole load
+                routes, valid = routes.gathered(shard.gather_tokens), shard.real_tokens
+            balance, moe_metrics = routing_terms(routes, valid, cfg.router_aux_loss_coef, share)
             loss = loss if balance is None else loss + balance
             metrics |= moe_metrics
         return loss, metrics

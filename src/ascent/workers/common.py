@@ -23,6 +23,7 @@ from ascent.engine.modules import PolicyModule, unwrap
 from ascent.engine.packing import PackedSequences, pack_for_responses
 from ascent.engine.state import load_engine, save_engine
 from ascent.engine.token_budget import synchronized_micro_batches
+from ascent.engine.ulysses import SequenceShard, shard_sequence
 from ascent.models.loading import load_causal_lm
 from ascent.models.lora import apply_lora
 from ascent.vision.forward import VisionForwardInputs
@@ -71,16 +72,28 @@ def model_inputs(
 
 
 def policy_forward(
-    module: nn.Module,
+    engine: TrainEngine,
     batch: Batch,
     device: torch.device,
     temperature: float,
     packed: bool,
     inputs: PackedSequences | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Log-probs and entropy (B, R) of the response tokens, from one forward; ``inputs``:
-    the batch already laid out by ``pack`` (else it is laid out here)."""
+    """Log-probs and entropy (B, R) of the response tokens, from one forward of the
+    engine's policy module; ``inputs``: the batch already laid out by ``pack`` (else it is
+    laid out here). With sequence parallelism, this rank runs its share of the tokens."""
     inputs = inputs if inputs is not None else pack(batch, device, packed)
+    module, shard = engine.module, sequence_shard(engine, batch, inputs)
+    if shard is not None:
+        log_probs, entropy = module(
+            shard.input_ids,
+            position_ids=shard.position_ids,
+            query_index=shard.query_index,
+            targets=shard.targets,
+            temperature=temperature,
+            ulysses=shard.context,
+        )
+        return inputs.unpack(shard.gather(log_probs)), inputs.unpack(shard.gather(entropy))
     log_probs, entropy = module(
         inputs.input_ids,
         query_index=inputs.query_index,
@@ -92,9 +105,19 @@ def policy_forward(
     return inputs.unpack(log_probs), inputs.unpack(entropy)
 
 
-def value_forward(module: nn.Module, batch: Batch, device: torch.device, packed: bool) -> Tensor:
-    """Values (B, R): V of the state before each response token, from one forward."""
+def value_forward(engine: TrainEngine, batch: Batch, device: torch.device, packed: bool) -> Tensor:
+    """Values (B, R): V of the state before each response token, from one forward (this
+    rank's share of the tokens with sequence parallelism)."""
     inputs = pack(batch, device, packed)
+    module, shard = engine.module, sequence_shard(engine, batch, inputs)
+    if shard is not None:
+        values = module(
+            shard.input_ids,
+            position_ids=shard.position_ids,
+            query_index=shard.query_index,
+            ulysses=shard.context,
+        )
+        return inputs.unpack(shard.gather(values))
     values = module(
         inputs.input_ids,
         query_index=inputs.query_index,
@@ -102,6 +125,30 @@ def value_forward(module: nn.Module, batch: Batch, device: torch.device, packed:
         **model_inputs(module, batch, inputs, device),
     )
     return inputs.unpack(values)
+
+
+def check_replicas(ctx: Any, sequence_parallel: int) -> None:
+    """The group must give the ranks of one sequence-parallel group the same rows."""
+    if ctx.replica_size != sequence_parallel:
+        raise ValueError(
+            f"sequence_parallel={sequence_parallel} needs the role spawned with "
+            f"replica_size={sequence_parallel} (it has {ctx.replica_size}), so that the ranks "
+            "splitting a sequence are given the same rows"
+        )
+
+
+def sequence_shard(
+    engine: TrainEngine, batch: Batch, inputs: PackedSequences
+) -> SequenceShard | None:
+    """This rank's share of the packed micro-batch under sequence parallelism (None
+    without); rows with images are refused (their vision inputs are not split yet)."""
+    if engine.mesh.sp is None:
+        return None
+    images = batch.get("images")
+    if images and any(images):
+        raise ValueError("sequence_parallel > 1 does not take rows with images yet; set it to 1")
+    sp = engine.mesh.sp
+    return shard_sequence(inputs, sp.get_group(), sp.size(), sp.get_local_rank())
 
 
 def load_policy_model(model_cfg: ModelConfig) -> nn.Module:
@@ -134,11 +181,14 @@ def policy_module(model_cfg: ModelConfig, chunk_tokens: int) -> PolicyModule:
     return PolicyModule(model, chunk_tokens=chunk_tokens, extra_inputs=extra)
 
 
-def trainable_policy_engine(settings: Any, device: torch.device) -> TrainEngine:
+def trainable_policy_engine(
+    settings: Any, device: torch.device, sequence_parallel: int = 1
+) -> TrainEngine:
     """A trained causal LM on the FSDP2 engine (the actor, the implicit PRM):
     ``settings.model``'s checkpoint, LoRA adapters on it when ``model.lora`` is set, in a
     PolicyModule that computes log-probs in chunks of ``settings.chunk_tokens``, sharded by
-    ``settings.fsdp`` and stepped by ``settings.optim``."""
+    ``settings.fsdp`` (its tokens split over ``sequence_parallel`` ranks) and stepped by
+    ``settings.optim``."""
     model_cfg = settings.model
     return TrainEngine(
         policy_module(model_cfg, settings.chunk_tokens),
@@ -146,6 +196,7 @@ def trainable_policy_engine(settings: Any, device: torch.device) -> TrainEngine:
         fsdp=settings.fsdp,
         optim=settings.optim,
         gradient_checkpointing=model_cfg.gradient_checkpointing,
+        sequence_parallel=sequence_parallel,
     )
 
 
@@ -157,7 +208,7 @@ def response_log_probs(
     at the rollout's ``settings.temperature``."""
     engine.train(False)
     log_probs, entropy = micro_batched(
-        lambda micro: policy_forward(engine.module, micro, device, settings.temperature, packed),
+        lambda micro: policy_forward(engine, micro, device, settings.temperature, packed),
         batch,
         settings.tokens_per_micro_batch,
         device,
@@ -204,17 +255,17 @@ def train(
     *,
     role: str,
     norm_length: int,
-    world_size: int,
+    dp_size: int,
     mask_key: str = "response_mask",
     padded: bool = False,
 ) -> dict[str, float]:
     """Epochs x mini-batches (one optimiser step each) x token-budget micro-batches.
 
-    Each mini-batch's loss denominators are counted over all ranks first (the tokens of
-    ``mask_key`` and the sequences with at least one), so that the micro-batch losses
-    ``micro_loss(micro, normaliser)`` add up to the mini-batch loss whatever the
-    micro-batching and the number of ranks. Returns ``role/*`` metrics, averaged over steps
-    and ranks (the same on every rank).
+    Each mini-batch's loss denominators are counted over all ``dp_size`` data-parallel
+    replicas first (the tokens of ``mask_key`` and the sequences with at least one), so
+    that the micro-batch losses ``micro_loss(micro, normaliser)`` add up to the mini-batch
+    loss whatever the micro-batching and the number of replicas. Returns ``role/*``
+    metrics, averaged over steps and ranks (the same on every rank).
     """
     if len(batch) % settings.mini_batches:
         raise ValueError(
@@ -229,7 +280,7 @@ def train(
             tokens, sequences = engine.all_reduce_sum(
                 [float(mask.sum()), float(mask.any(dim=-1).sum())]
             )
-            normalizer = LossNormalizer(tokens, sequences, norm_length, dp_size=world_size)
+            normalizer = LossNormalizer(tokens, sequences, norm_length, dp_size=dp_size)
             budget = settings.tokens_per_micro_batch
             plan = synchronized_micro_batches(token_counts(mini), budget, engine.device, padded)
             for rows in plan:

@@ -83,6 +83,14 @@ class ActorConfig(MicroBatching):
         description="Weights for rollout/trainer log-prob mismatch (RolloutCorrectionSettings).",
     )
     chunk_tokens: int = Field(1024, ge=1, description="Tokens per log-prob chunk.")
+    sequence_parallel: int = Field(
+        1,
+        ge=1,
+        description="Ulysses sequence parallelism: split each packed micro-batch's tokens "
+        "over this many ranks (the mesh's sp axis; heads exchanged by all-to-all around "
+        "attention). They form one data-parallel replica; needs model.packing=packed, and "
+        "must divide the ranks and the attention heads.",
+    )
 
 
 class ReferenceConfig(Strict):
@@ -93,6 +101,14 @@ class ReferenceConfig(Strict):
     tokens_per_micro_batch: int = Field(8192, ge=1, description="Token budget per forward.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollout.")
     chunk_tokens: int = Field(1024, ge=1, description="Tokens per log-prob chunk.")
+    sequence_parallel: int = Field(
+        1,
+        ge=1,
+        description="Ulysses sequence parallelism: split each packed micro-batch's tokens "
+        "over this many ranks (the mesh's sp axis; heads exchanged by all-to-all around "
+        "attention). They form one data-parallel replica; needs model.packing=packed, and "
+        "must divide the ranks and the attention heads.",
+    )
 
 
 class CriticConfig(MicroBatching):
@@ -103,6 +119,14 @@ class CriticConfig(MicroBatching):
     fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
     value_clip: float | None = Field(0.5, gt=0, description="Clip range around old values.")
     aggregation: AggregationMode = Field("token-mean", description="Loss aggregation mode.")
+    sequence_parallel: int = Field(
+        1,
+        ge=1,
+        description="Ulysses sequence parallelism: split each packed micro-batch's tokens "
+        "over this many ranks (the mesh's sp axis; heads exchanged by all-to-all around "
+        "attention). They form one data-parallel replica; needs model.packing=packed, and "
+        "must divide the ranks and the attention heads.",
+    )
 
 
 class ImplicitPRMConfig(MicroBatching):

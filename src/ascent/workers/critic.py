@@ -10,6 +10,7 @@ from ascent.models.loading import load_value_model
 from ascent.models.lora import apply_lora
 from ascent.workers.common import (
     EngineCheckpoints,
+    check_replicas,
     extra_inputs_for,
     gather_full_weights,
     micro_batched,
@@ -28,6 +29,7 @@ class CriticWorker(EngineCheckpoints, Worker):
 
     def __init__(self, config: CriticConfig | dict) -> None:
         self.config = CriticConfig.model_validate(config)
+        check_replicas(self.ctx, self.config.sequence_parallel)
         model_cfg = self.config.model
         self.packed = model_cfg.packed
         model = load_value_model(
@@ -44,6 +46,7 @@ class CriticWorker(EngineCheckpoints, Worker):
             fsdp=self.config.fsdp,
             optim=self.config.optim,
             gradient_checkpointing=model_cfg.gradient_checkpointing,
+            sequence_parallel=self.config.sequence_parallel,
         )
 
     @register(Dispatch.DP)
@@ -51,7 +54,7 @@ class CriticWorker(EngineCheckpoints, Worker):
         require(batch, "critic", *TOKENS)
         self.engine.train(False)
         (values,) = micro_batched(
-            lambda micro: (value_forward(self.engine.module, micro, self.device, self.packed),),
+            lambda micro: (value_forward(self.engine, micro, self.device, self.packed),),
             batch,
             self.config.tokens_per_micro_batch,
             self.device,
@@ -73,14 +76,14 @@ class CriticWorker(EngineCheckpoints, Worker):
             self._micro_loss,
             role="critic",
             norm_length=response_length(batch),
-            world_size=self.ctx.world_size,
+            dp_size=self.ctx.dp_size,
             padded=not self.packed,
         )
 
     def _micro_loss(self, micro: Batch, normalizer: LossNormalizer) -> tuple[torch.Tensor, dict]:
         mask = micro["response_mask"].to(self.device)
         terms = value_loss(
-            value_forward(self.engine.module, micro, self.device, self.packed),
+            value_forward(self.engine, micro, self.device, self.packed),
             micro["values"].to(self.device),
             micro["returns"].to(self.device),
             mask,

@@ -51,14 +51,14 @@ class ImplicitPRMWorker(EngineCheckpoints, Worker):
             self._micro_loss,
             role="prm",
             norm_length=response_length(batch),
-            world_size=self.ctx.world_size,
+            dp_size=self.ctx.dp_size,
             padded=not self.packed,
         )
 
     def _micro_loss(self, micro: Batch, normalizer: LossNormalizer) -> tuple[torch.Tensor, dict]:
         device = self.device
         log_probs, _ = policy_forward(
-            self.engine.module, micro, device, self.config.temperature, self.packed
+            self.engine, micro, device, self.config.temperature, self.packed
         )
         out = implicit_prm_loss(
             log_probs,

@@ -3,7 +3,7 @@
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
 from ascent.engine import TrainEngine
-from ascent.workers.common import policy_module, require, response_log_probs
+from ascent.workers.common import check_replicas, policy_module, require, response_log_probs
 from ascent.workers.config import ReferenceConfig
 
 
@@ -13,6 +13,7 @@ class ReferenceWorker(Worker):
 
     def __init__(self, config: ReferenceConfig | dict) -> None:
         self.config = ReferenceConfig.model_validate(config)
+        check_replicas(self.ctx, self.config.sequence_parallel)
         self.packed = self.config.model.packed
         module = policy_module(self.config.model, self.config.chunk_tokens)
         module.requires_grad_(False)
@@ -21,6 +22,7 @@ class ReferenceWorker(Worker):
             device=self.device,
             fsdp=self.config.fsdp,
             optim=None,
+            sequence_parallel=self.config.sequence_parallel,
         )
         self.engine.train(False)
 

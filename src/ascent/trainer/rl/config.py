@@ -62,6 +62,13 @@ class ActorSettings(Strict):
     )
     optim: OptimConfig = Field(OptimConfig(lr=1e-6), description="Optimiser (OptimConfig).")
     fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
+    sequence_parallel: int = Field(
+        1,
+        ge=1,
+        description="Ulysses sequence parallelism of the actor and the reference: each "
+        "packed micro-batch's tokens split over this many ranks (heads exchanged around "
+        "attention); needs model.packing=packed; must divide the ranks and the heads.",
+    )
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus weight.")
     recompute_log_probs: Literal["auto", "always"] = Field(
         "auto",
@@ -81,6 +88,9 @@ class CriticSettings(Strict):
     optim: OptimConfig = Field(OptimConfig(lr=1e-5), description="Optimiser (OptimConfig).")
     fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
     value_clip: float | None = Field(0.5, gt=0, description="Clip range around old values.")
+    sequence_parallel: int = Field(
+        1, ge=1, description="Ulysses sequence parallelism of the critic (as the actor's)."
+    )
     prompts_per_update: int | None = Field(None, ge=1, description="Prompts per optimiser step.")
     epochs_per_step: int = Field(1, ge=1, description="Passes over each step's batch.")
     tokens_per_micro_batch: int = Field(8192, ge=1, description="Token budget per forward.")

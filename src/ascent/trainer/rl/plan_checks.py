@@ -13,7 +13,7 @@ from ascent.algos.kl import kl_estimator_name
 from ascent.algos.losses import POLICY_LOSSES
 from ascent.algos.needs import Needs
 from ascent.config import ConfigError
-from ascent.engine.config import FSDPConfig
+from ascent.engine.config import FSDPConfig, ModelConfig
 from ascent.moe.checkpoint import expert_count
 from ascent.trainer.rl.config import RLConfig
 
@@ -135,26 +135,76 @@ def check_expert_parallel(config: RLConfig, needs: Needs) -> None:
     """Each training role's ``fsdp.expert_parallel`` divides the ranks and its checkpoint's
     experts (the reference shards as the actor does)."""
     world = config.resources.world_size
-    roles: dict[str, tuple[FSDPConfig, str]] = {"actor": (config.actor.fsdp, config.model.path)}
+    roles: dict[str, tuple[FSDPConfig, ModelConfig]] = {"actor": (config.actor.fsdp, config.model)}
     if needs.values:
-        roles["critic"] = (config.critic.fsdp, (config.critic.model or config.model).path)
+        roles["critic"] = (config.critic.fsdp, config.critic.model or config.model)
     if needs.process_rewards:
-        model = config.implicit_prm.model or config.model
-        roles["implicit_prm"] = (config.implicit_prm.fsdp, model.path)
-    for role, (fsdp, path) in roles.items():
+        roles["implicit_prm"] = (
+            config.implicit_prm.fsdp,
+            config.implicit_prm.model or config.model,
+        )
+    for role, (fsdp, model) in roles.items():
         ep = fsdp.expert_parallel
         if ep == 1:
             continue
         field = f"{role}.fsdp.expert_parallel={ep}"
         if world % ep:
             raise ConfigError(f"{field} must divide the {world} training rank(s) (resources)")
-        config_file = Path(path) / "config.json"
-        if not config_file.is_file():
+        checkpoint = _checkpoint_config(model.path)
+        if checkpoint is None:
             continue  # the model's own loading names the missing checkpoint
-        experts = expert_count(json.loads(config_file.read_text()))
+        experts = expert_count(checkpoint)
         if experts == 0:
             raise ConfigError(
-                f"{field}: {path} is a dense model (no experts to split); set it to 1"
+                f"{field}: {model.path} is a dense model (no experts to split); set it to 1"
             )
         if experts % ep:
-            raise ConfigError(f"{field} must divide the model's {experts} experts ({path})")
+            raise ConfigError(f"{field} must divide the model's {experts} experts ({model.path})")
+
+
+def check_sequence_parallel(config: RLConfig, needs: Needs) -> None:
+    """Each ``sequence_parallel`` divides the ranks and the attention heads, and has packed
+    rows to split (the reference splits as the actor does)."""
+    world = config.resources.world_size
+    roles = {"actor": (config.actor.sequence_parallel, config.actor.fsdp, config.model)}
+    if needs.values:
+        critic = config.critic
+        roles["critic"] = (critic.sequence_parallel, critic.fsdp, critic.model or config.model)
+    for role, (sp, fsdp, model) in roles.items():
+        if sp == 1:
+            continue
+        field = f"{role}.sequence_parallel={sp}"
+        if world % sp:
+            raise ConfigError(f"{field} must divide the {world} training rank(s) (resources)")
+        if fsdp.expert_parallel > 1:
+            raise ConfigError(
+                f"{field} and {role}.fsdp.expert_parallel > 1 are not combined yet; use one"
+            )
+        if not model.packed:
+            raise ConfigError(
+                f"{field} splits packed rows: set model.packing=packed (with "
+                f"attn_implementation={model.attn_implementation} the rows stay padded)"
+            )
+        checkpoint = _checkpoint_config(model.path)
+        if checkpoint is not None:
+            _check_heads(field, checkpoint, sp)
+
+
+def _check_heads(field: str, checkpoint: dict, sp: int) -> None:
+    if "vision_config" in checkpoint:
+        raise ConfigError(f"{field}: vision-language models are not split yet; set it to 1")
+    heads = checkpoint.get("num_attention_heads", 0)
+    kv_heads = checkpoint.get("num_key_value_heads") or heads
+    if heads % sp:
+        raise ConfigError(f"{field} must divide the model's {heads} attention heads")
+    if kv_heads % sp and sp % kv_heads:
+        raise ConfigError(
+            f"{field} and the model's {kv_heads} key/value heads: one must divide the other "
+            "(each rank takes whole key/value heads, or a repeated one)"
+        )
+
+
+def _checkpoint_config(path: str) -> dict | None:
+    """A local checkpoint's config.json, None where there is none to read."""
+    config_file = Path(path) / "config.json"
+    return json.loads(config_file.read_text()) if config_file.is_file() else None

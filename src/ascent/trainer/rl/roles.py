@@ -41,6 +41,7 @@ def actor_config(config: RLConfig, plan: Plan) -> ActorConfig:
         epochs=a.epochs_per_step,
         mini_batches=plan.actor_mini_batches,
         tokens_per_micro_batch=a.tokens_per_micro_batch,
+        sequence_parallel=a.sequence_parallel,
     )
 
 
@@ -58,6 +59,7 @@ def critic_config(config: RLConfig, plan: Plan) -> CriticConfig:
         epochs=c.epochs_per_step,
         mini_batches=plan.critic_mini_batches,
         tokens_per_micro_batch=c.tokens_per_micro_batch,
+        sequence_parallel=c.sequence_parallel,
     )
 
 
@@ -84,6 +86,7 @@ def reference_config(config: RLConfig) -> ReferenceConfig:
         fsdp=config.actor.fsdp,
         tokens_per_micro_batch=config.actor.tokens_per_micro_batch,
         temperature=config.rollout.temperature,
+        sequence_parallel=config.actor.sequence_parallel,
     )
 
 
@@ -129,11 +132,15 @@ def spawn_roles(config: RLConfig, plan: Plan, longest_prompt: int) -> dict[str, 
     colocated) on the main pool; the rollout and the reward model each on its own pool when
     its ``resources`` are set. ``longest_prompt``: tokens of the run's longest prompt."""
     colocated = config.rollout.resources is None
-    roles = {"actor": Role(ActorWorker, args=(actor_config(config, plan),))}
+    # The ranks that split a sequence are one replica: they are given the same rows.
+    split = config.actor.sequence_parallel
+    roles = {"actor": Role(ActorWorker, args=(actor_config(config, plan),), replica_size=split)}
     if plan.reference and config.model.lora is None:  # with LoRA the actor is its own reference
-        roles["reference"] = Role(ReferenceWorker, args=(reference_config(config),))
+        reference = reference_config(config)
+        roles["reference"] = Role(ReferenceWorker, args=(reference,), replica_size=split)
     if plan.critic:
-        roles["critic"] = Role(CriticWorker, args=(critic_config(config, plan),))
+        critic = critic_config(config, plan)
+        roles["critic"] = Role(CriticWorker, args=(critic,), replica_size=critic.sequence_parallel)
     if plan.implicit_prm:
         roles["implicit_prm"] = Role(ImplicitPRMWorker, args=(implicit_prm_config(config, plan),))
     if colocated:

@@ -101,3 +101,19 @@ def test_experts_and_sequences_are_not_split_together_yet(tiny_moe, prompts, tmp
             "actor.sequence_parallel=2",
             "actor.fsdp.expert_parallel=2",
         )
+
+
+@pytest.mark.parametrize(
+    "fixture, overrides, message",
+    [
+        ("tiny_model", (), "is a dense model (nothing to replay)"),
+        ("tiny_moe", ("rollout.engine=vllm",), "needs rollout.engine=native"),
+    ],
+)
+def test_router_replay_needs_recorded_routes(
+    request, prompts, tmp_path, fixture, overrides, message
+):
+    path = request.getfixturevalue(fixture)
+    with pytest.raises(ConfigError) as error:
+        plan(path, prompts, tmp_path, "actor.router_replay=rollout", *overrides)
+    assert message in str(error.value)

@@ -3,7 +3,7 @@
 Every parameter here is sharded, never replicated (FSDP2 over all ranks, and expert shards
 over the (edp, ep) axes), so each element of a gradient lives on exactly one rank and
 
-    ||g||^2 = sum over ranks of the sum of squares of the rank's local pieces,
+    ||g||^2 = sum over ranks of ||local pieces of the rank||^2,
 
 one all-reduce of a scalar, whatever mesh each parameter lives on (torch's
 ``clip_grad_norm_`` needs every DTensor on one mesh). Clipping scales every gradient by
@@ -22,17 +22,20 @@ def _local(tensor: Tensor) -> Tensor:
 
 def clip_sharded_gradients(params: list[Tensor], max_norm: float) -> float:
     """Clip the gradients of ``params`` in place to global norm ``max_norm``; returns the
-    norm before clipping (inf or nan when a gradient is not finite: nothing is scaled)."""
-    grads = [_local(p.grad) for p in params if p.grad is not None]
-    device = grads[0].device if grads else torch.device("cpu")
-    squares = torch.zeros((), dtype=torch.float64, device=device)
-    for grad in grads:
-        squares += grad.double().pow(2).sum()
+    norm before clipping (inf or nan when a gradient is not finite). On one rank the result
+    is torch's ``clip_grad_norm_``'s to the bit (same float32 reductions, same order): the
+    learning tests' runs do not move."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    total = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(_local(grad)) for grad in grads])
+    )
     if dist.is_initialized() and dist.get_world_size() > 1:
+        squares = total.double().pow(2)
         dist.all_reduce(squares)
-    norm = float(squares.sqrt())
-    scale = max_norm / (norm + 1e-6)
-    if scale < 1 and torch.isfinite(torch.tensor(norm)):
-        for grad in grads:
-            grad.mul_(scale)
-    return norm
+        total = squares.sqrt().to(total.dtype)
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for grad in grads:  # the DTensor itself: its local piece is scaled, nothing moves
+        grad.mul_(coef)
+    return float(total)

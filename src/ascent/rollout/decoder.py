@@ -18,9 +18,10 @@ from torch import Tensor, nn
 
 from ascent.rollout import paged_attention
 from ascent.rollout.kv_cache import PagedKVCache
-from ascent.rollout.mlp import FeedForward, GatedMLP, mlp_of
+from ascent.rollout.mlp import FeedForward, GatedMLP, experts_per_token, mlp_of, with_routes
 from ascent.rollout.paged_attention import PagedBatch
 
+RouteSink = Callable[[int, Tensor], None]  # (sparse layer, experts (tokens, k)) -> None
 HEAD_ROWS = 1024  # vocabulary rows per slice of the output head on a CPU (see _logits)
 SUPPORTED = (
     "LlamaForCausalLM",
@@ -138,6 +139,14 @@ class DecoderRunner:
         except ValueError as error:
             raise ValueError(f"{name}: {error}") from None
         self.has_experts = any(not isinstance(layer.mlp, GatedMLP) for layer in self.layers)
+        # layer index -> its number among the sparse layers (where its routes are kept)
+        self.sparse_index = {
+            index: number
+            for number, index in enumerate(
+                i for i, layer in enumerate(self.layers) if not isinstance(layer.mlp, GatedMLP)
+            )
+        }
+        self.top_k = max(experts_per_token(layer.mlp) for layer in self.layers)
         self.final_norm = Norm.of(self.base.norm)
         self.head = model.lm_head.weight
 
@@ -154,11 +163,21 @@ class DecoderRunner:
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         return rotate(q, cos, sin), rotate(k, cos, sin), v
 
-    def _finish_layer(self, layer: LayerWeights, hidden: Tensor, attended: Tensor) -> Tensor:
+    def _finish_layer(
+        self,
+        layer: LayerWeights,
+        hidden: Tensor,
+        attended: Tensor,
+        index: int = 0,
+        remember: "RouteSink | None" = None,
+    ) -> Tensor:
         batch, _, length, _ = attended.shape
         merged = attended.transpose(1, 2).reshape(batch, length, -1)
         hidden = hidden + F.linear(merged, *layer.o)
-        return hidden + layer.mlp(rms_norm(hidden, layer.post_norm))
+        out, experts = with_routes(layer.mlp, rms_norm(hidden, layer.post_norm))
+        if experts is not None and remember is not None:
+            remember(self.sparse_index[index], experts)
+        return hidden + out
 
     def _logits(self, hidden: Tensor) -> Tensor:
         """(N, V) float32 logits of hidden states (N, hidden). On a CPU the head runs in
@@ -175,15 +194,23 @@ class DecoderRunner:
             torch.mm(x, rows.t(), out=logits[:, start : start + HEAD_ROWS])
         return logits.float()
 
-    def _layers(self, hidden: Tensor, cos: Tensor, sin: Tensor, attend: Callable) -> Tensor:
+    def _layers(
+        self,
+        hidden: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        attend: Callable,
+        remember: "RouteSink | None" = None,
+    ) -> Tensor:
         """Every layer over ``hidden`` (B, T, hidden), cos/sin (B, T, D) the model's rotary
         tables; ``attend(index, q, k, v)`` stores the new keys and values in layer
-        ``index``'s pool and returns the attention output."""
+        ``index``'s pool and returns the attention output; ``remember(sparse_layer,
+        experts (B T, k))`` keeps a mixture of experts' choices."""
         cos, sin = rotary_tables(cos, sin)
         for index, layer in enumerate(self.layers):
             x = rms_norm(hidden, layer.input_norm)
             q, k, v = self._attention_inputs(layer, x, cos, sin)
-            hidden = self._finish_layer(layer, hidden, attend(index, q, k, v))
+            hidden = self._finish_layer(layer, hidden, attend(index, q, k, v), index, remember)
         return hidden
 
     @torch.no_grad()
@@ -213,7 +240,11 @@ class DecoderRunner:
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
             return paged_attention.attend(q, cache.k[index], cache.v[index], batch)
 
-        hidden = self._layers(hidden, cos, sin, attend)
+        def remember(sparse_layer: int, experts: Tensor) -> None:
+            valid = experts.view(*ids.shape, -1)[chunk.valid]  # (N, k), as chunk.slots
+            cache.write_routes(sparse_layer, chunk.slots, valid)
+
+        hidden = self._layers(hidden, cos, sin, attend, remember if cache.routes else None)
         last = hidden[torch.arange(ids.shape[0], device=ids.device), chunk.lengths - 1]
         return self._logits(last)
 
@@ -260,7 +291,10 @@ class DecoderRunner:
             paged_attention.write(cache.k[index], cache.v[index], batch, k[:, :, 0], v[:, :, 0])
             return paged_attention.attend(q, cache.k[index], cache.v[index], batch)
 
-        hidden = self._layers(hidden, cos, sin, attend)
+        def remember(sparse_layer: int, experts: Tensor) -> None:
+            cache.write_routes(sparse_layer, slots, experts)
+
+        hidden = self._layers(hidden, cos, sin, attend, remember if cache.routes else None)
         return self._logits(hidden[:, 0])
 
 

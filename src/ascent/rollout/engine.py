@@ -93,6 +93,10 @@ class NativeEngine:
             dtype=self.dtype,
             device=self.device,
             memory_bytes=kv_cache_bytes,
+            # a mixture of experts: each position's routes, kept as its keys are
+            routes=(len(self.runner.sparse_index), self.runner.top_k)
+            if self.runner.has_experts
+            else None,
         )
         self.cuda_graphs = cuda_graphs  # asked for; used on CUDA only
         # Captured steps have no per-row rotary shift (multimodal RoPE) and no token counts

@@ -18,6 +18,12 @@ Memory, two ways:
   give when contexts should outlive their requests (agent episodes waiting for a seat).
 
 ``sleep`` frees it all (training gets the memory back) and forgets the cached prefixes.
+
+For a mixture of experts (``routes=(S, k)``: S sparse layers, k experts per token), the
+cache also keeps each position's routing, ``route_table`` (S, blocks, block_size, k) int16,
+-1 where none was written: written where and when the position's keys are (so a cached
+prefix, a copied block or a resumed sequence carries the routes that made its keys), and
+read back for a whole sequence by ``routes_of``. That is what router replay trains with.
 """
 
 import math
@@ -43,8 +49,11 @@ class PagedKVCache:
         device: torch.device,
         memory_bytes: int | None = None,
         block_size: int = DEFAULT_BLOCK_SIZE,
+        routes: tuple[int, int] | None = None,
     ) -> None:
         self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
+        self.routes = routes
+        self.route_table: Tensor | None = None
         self.block_size, self.max_len, self.max_seqs = block_size, max_len, max_seqs
         self.dtype, self.device = dtype, device
         self.token_bytes = 2 * layers * kv_heads * head_dim * dtype.itemsize
@@ -78,7 +87,7 @@ class PagedKVCache:
 
     def sleep(self) -> None:
         """Free the cache memory and its cached prefixes (``wake`` starts empty)."""
-        self.k = self.v = None
+        self.k = self.v = self.route_table = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -118,6 +127,14 @@ class PagedKVCache:
         k[:, kept:] = 0
         v[:, kept:] = 0
         self.k, self.v = k, v
+        if self.routes is not None:
+            sparse, top_k = self.routes
+            table = torch.full(
+                (sparse, total, self.block_size, top_k), -1, dtype=torch.int16, device=self.device
+            )
+            if kept:
+                table[:, :kept] = self.route_table
+            self.route_table = table
         if self.blocks.capacity == 0:
             self.blocks.grow(total)
             self.blocks.free.remove(0)  # scratch
@@ -144,6 +161,21 @@ class PagedKVCache:
         """Copy-on-write: ``target`` gets ``source``'s keys and values (every layer)."""
         self.k[:, target] = self.k[:, source]
         self.v[:, target] = self.v[:, source]
+        if self.route_table is not None:
+            self.route_table[:, target] = self.route_table[:, source]
+
+    def write_routes(self, sparse_layer: int, slots: Tensor, experts: Tensor) -> None:
+        """Sparse layer ``sparse_layer`` sent the tokens at flat cache rows ``slots`` (N,)
+        to ``experts`` (N, k)."""
+        rows = self.route_table[sparse_layer].view(-1, self.routes[1])
+        rows[slots] = experts.to(torch.int16)
+
+    def routes_of(self, table: list[int], length: int) -> Tensor:
+        """(length, S, k) int16: the routes of positions [0, length) of the sequence whose
+        blocks are ``table``."""
+        slots = torch.tensor(self.slots(table, 0, length), dtype=torch.long, device=self.device)
+        flat = self.route_table.view(self.routes[0], -1, self.routes[1])
+        return flat[:, slots].transpose(0, 1).cpu()
 
     def slot(self, table: list[int], position: int) -> int:
         """The flat cache row (block * block_size + offset) of ``position`` in ``table``."""

@@ -55,6 +55,10 @@ class Experts:
         return top.to(logits.dtype), experts
 
     def __call__(self, x: Tensor) -> Tensor:
+        return self.routed(x)[0]
+
+    def routed(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The output (like x) and each token's k experts (tokens of x flattened, k)."""
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
         weights, experts = self.route(flat)
@@ -72,7 +76,7 @@ class Experts:
             y = F.linear(F.silu(gate) * up, self.down[expert])
             out.index_add_(0, rows, y * pair_weights[start : start + count, None])
             start += count
-        return out.view(shape)
+        return out.view(shape), experts
 
 
 @dataclass(frozen=True)
@@ -85,10 +89,31 @@ class SharedExperts:
     shared_gate: Tensor
 
     def __call__(self, x: Tensor) -> Tensor:
-        return self.routed(x) + torch.sigmoid(F.linear(x, self.shared_gate)) * self.shared(x)
+        return self.routed_with_shared(x)[0]
+
+    def routed_with_shared(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The output and the routed experts' choices (as ``Experts.routed``)."""
+        out, experts = self.routed.routed(x)
+        return out + torch.sigmoid(F.linear(x, self.shared_gate)) * self.shared(x), experts
 
 
 FeedForward = GatedMLP | Experts | SharedExperts
+
+
+def experts_per_token(mlp: FeedForward) -> int:
+    """k of a routed feed-forward; 0 for a dense MLP."""
+    if isinstance(mlp, SharedExperts):
+        return mlp.routed.top_k
+    return mlp.top_k if isinstance(mlp, Experts) else 0
+
+
+def with_routes(mlp: FeedForward, x: Tensor) -> tuple[Tensor, Tensor | None]:
+    """The feed-forward of x, and the experts each token went to (None for a dense MLP)."""
+    if isinstance(mlp, Experts):
+        return mlp.routed(x)
+    if isinstance(mlp, SharedExperts):
+        return mlp.routed_with_shared(x)
+    return mlp(x), None
 
 
 def mlp_of(layer: nn.Module) -> FeedForward:

@@ -275,6 +275,9 @@ class Scheduler:
         return self._sample_of(row, reason)
 
     def _sample_of(self, row: Running, reason: str) -> Sample:
+        routes = None
+        if self.cache.routes is not None and row.blocks and self.cache.awake:
+            routes = self.cache.routes_of(row.blocks, row.cached)
         return Sample(
             prompt_index=row.request.index,
             sample_index=row.sample_index,
@@ -283,13 +286,15 @@ class Scheduler:
             finish_reason=reason,
             weight_version=row.versions[-1] if row.versions else self.weight_version,
             weight_versions=row.versions,
+            routed_experts=routes,
         )
 
     def _retire(self, index: int, reason: str) -> None:
         row = self.rows.pop(index)
+        sample = self._sample_of(row, reason)  # before its blocks (and routes) go back
         self._let_go(row)
         row.blocks = []
-        row.request.on_sample(self._sample_of(row, reason))
+        row.request.on_sample(sample)
 
     def _let_go(self, row: Running) -> None:
         """Release a leaving row's blocks, its partial last one named first, so that a

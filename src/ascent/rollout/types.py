@@ -48,6 +48,10 @@ class Sample:
     tokens each version produced. ``weight_version`` is the version of the last token.
     ``finish_reason`` "abort" marks a response cut short by ``abort`` or ``pause(mode="abort")``,
     "error" one the engine failed (the request's error says why).
+
+    ``routed_experts`` (a mixture of experts on the native engine): (T, S, k) int16, the k
+    experts each of the T positions whose keys the engine computed (the prompt, then every
+    generated token but the last) went to in each of the S sparse layers; -1 where none.
     """
 
     prompt_index: int
@@ -57,6 +61,7 @@ class Sample:
     finish_reason: FinishReason
     weight_version: int
     weight_versions: list[int] | None = None
+    routed_experts: Tensor | None = None
 
 
 def response_lengths(batch: Batch) -> Tensor:
@@ -74,4 +79,5 @@ def rollout_padding(pad_id: int) -> dict[str, Padding]:
         "prompt_mask": Padding(0, "left"),
         "input_ids": Padding(pad_id, "left"),
         "attention_mask": Padding(0, "left"),
+        "routed_experts": Padding(-1, "left"),
     }

@@ -12,7 +12,6 @@ from ascent.algos import (
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
 from ascent.engine.weights import buckets
-from ascent.moe.routing import RouterTape, routers_of, routing_terms
 from ascent.workers.common import (
     EngineCheckpoints,
     check_replicas,
@@ -22,11 +21,11 @@ from ascent.workers.common import (
     require,
     response_length,
     response_log_probs,
-    sequence_shard,
     train,
     trainable_policy_engine,
 )
 from ascent.workers.config import ActorConfig
+from ascent.workers.policy_routing import PolicyRouting
 
 TOKENS = ("input_ids", "attention_mask", "responses")
 
@@ -41,7 +40,13 @@ class ActorWorker(EngineCheckpoints, Worker):
         self.engine = trainable_policy_engine(
             self.config, self.device, self.config.sequence_parallel
         )
-        self.routers = routers_of(self.engine.module)  # a mixture of experts' (else none)
+        replay = self.config.router_replay == "rollout"
+        if replay and self.config.sequence_parallel > 1:
+            raise ValueError(
+                "actor.router_replay=rollout with sequence_parallel > 1 is not built yet; "
+                "use one of them"
+            )
+        self.routing = PolicyRouting(self.engine, replay, self.config.router_aux_loss_coef)
 
     @register(Dispatch.DP)
     def log_probs(self, batch: Batch) -> Batch:
@@ -61,8 +66,9 @@ class ActorWorker(EngineCheckpoints, Worker):
 
     def _log_probs(self, batch: Batch, name: str, with_entropy: bool = True) -> Batch:
         require(batch, "actor", *TOKENS)
+        self.routing.require_routes(batch, "actor")
         log_probs, entropy = response_log_probs(
-            self.engine, batch, self.device, self.config, self.packed
+            self.engine, batch, self.device, self.config, self.packed, self._forward
         )
         fields = {name: log_probs, "entropy": entropy} if with_entropy else {name: log_probs}
         return Batch.from_dict(fields)
@@ -79,6 +85,7 @@ class ActorWorker(EngineCheckpoints, Worker):
         """
         cfg = self.config
         require(batch, "actor.update", *TOKENS, "response_mask", "advantages")
+        self.routing.require_routes(batch, "actor.update")
         if cfg.kl_coef > 0:
             require(batch, "actor.update with kl_coef > 0", "ref_log_probs")
         return train(
@@ -92,10 +99,18 @@ class ActorWorker(EngineCheckpoints, Worker):
             padded=not self.packed,
         )
 
+    def _forward(self, micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs and entropy (B, R) of a micro-batch (the rollout's routes replayed)."""
+        layout = pack(micro, self.device, self.packed)
+        with self.routing.routed(micro, layout):
+            return policy_forward(
+                self.engine, micro, self.device, self.config.temperature, self.packed, layout
+            )
+
     def _micro_loss(self, micro: Batch, normalizer: LossNormalizer) -> tuple[torch.Tensor, dict]:
         cfg, device = self.config, self.device
         layout = pack(micro, device, self.packed)
-        with RouterTape(self.routers) as routes:  # records nothing for a dense model
+        with self.routing.routed(micro, layout) as routed:  # a no-op for a dense model
             log_probs, entropy = policy_forward(
                 self.engine, micro, device, cfg.temperature, self.packed, layout
             )
@@ -139,16 +154,10 @@ class ActorWorker(EngineCheckpoints, Worker):
             kl_estimator=cfg.kl_estimator,
         )
         loss, metrics = objective.loss, metrics | objective.metrics
-        if routes.recorded():  # a mixture of experts: its load, and the balancing loss
-            share = float(mask.sum()) * normalizer.dp_size / max(normalizer.num_tokens, 1.0)
-            valid = layout.real_tokens()
-            shard = sequence_shard(self.engine, micro, layout)
-            if shard is not None:  # this rank routed its share: the micro-batch's whole load
-                routes, valid = routes.gathered(shard.gather_tokens), shard.real_tokens
-            balance, moe_metrics = routing_terms(routes, valid, cfg.router_aux_loss_coef, share)
-            loss = loss if balance is None else loss + balance
-            metrics |= moe_metrics
-        return loss, metrics
+        share = float(mask.sum()) * normalizer.dp_size / max(normalizer.num_tokens, 1.0)
+        balance, routing_metrics = self.routing.terms(micro, layout, routed, share)
+        loss = loss if balance is None else loss + balance
+        return loss, metrics | routing_metrics
 
     @register(Dispatch.RANK_ZERO)
     def weight_bucket_count(self, bucket_bytes: int) -> int:

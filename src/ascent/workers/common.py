@@ -201,14 +201,21 @@ def trainable_policy_engine(
 
 
 def response_log_probs(
-    engine: TrainEngine, batch: Batch, device: torch.device, settings: Any, packed: bool
+    engine: TrainEngine,
+    batch: Batch,
+    device: torch.device,
+    settings: Any,
+    packed: bool,
+    forward: Callable[[Batch], tuple[Tensor, Tensor]] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Log-probs and entropy (B, R) of ``batch``'s responses under ``engine``'s policy
     module, in eval mode, over micro-batches of ``settings.tokens_per_micro_batch`` tokens,
-    at the rollout's ``settings.temperature``."""
+    at the rollout's ``settings.temperature``; ``forward(micro)``: the role's own pass
+    (default: ``policy_forward``)."""
     engine.train(False)
     log_probs, entropy = micro_batched(
-        lambda micro: policy_forward(engine, micro, device, settings.temperature, packed),
+        forward
+        or (lambda micro: policy_forward(engine, micro, device, settings.temperature, packed)),
         batch,
         settings.tokens_per_micro_batch,
         device,

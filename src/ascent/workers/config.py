@@ -74,6 +74,12 @@ class ActorConfig(MicroBatching):
         description="Weight of a mixture-of-experts model's load-balancing loss "
         "(ascent.moe.routing); at 0 it and the expert load are only measured.",
     )
+    router_replay: Literal["off", "rollout"] = Field(
+        "off",
+        description="Mixture of experts: route each token to the experts the rollout engine "
+        "chose (batch field routed_experts, native engine) in every forward of the actor, "
+        "instead of its own router's choice (ascent.moe.replay).",
+    )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollout.")
     max_response_length: int | None = Field(
         None, gt=0, description="K of seq-mean-token-sum-norm; default: the batch's R."

@@ -111,7 +111,7 @@ class RewardTrainerWorker(EngineCheckpoints, Worker):
             micro_loss,
             role="rm",
             norm_length=1,
-            world_size=self.ctx.world_size,
+            dp_size=self.ctx.dp_size,
             mask_key="pair_weight",
             padded=True,
         )

@@ -28,7 +28,8 @@ class SampleRollouts:
     def collect(self, batch: Batch, samples: list[Sample], params: SamplingParams) -> Batch:
         """Every row of ``batch`` repeated ``params.n`` times with its samples: ``responses``,
         ``response_mask``, ``rollout_log_probs``, ``rollout_weight_versions`` (B * n, max new
-        tokens), ``input_ids`` / ``attention_mask`` (prompt then response), ``finish_reason``;
+        tokens), ``input_ids`` / ``attention_mask`` (prompt then response), ``finish_reason``,
+        and for a mixture of experts ``routed_experts`` (B * n, L, S, k) (``routed_experts``);
         the engine's ``weight_version`` in the meta."""
         width, rows = params.max_new_tokens, len(samples)
         responses = torch.full((rows, width), self.pad_id, dtype=torch.long)
@@ -45,7 +46,7 @@ class SampleRollouts:
                 sample.weight_versions or [sample.weight_version] * count, dtype=torch.int32
             )
         repeated = batch.repeat_interleave(params.n)
-        return repeated.assign(
+        rows_out = repeated.assign(
             responses=responses,
             response_mask=response_mask,
             rollout_log_probs=log_probs,
@@ -53,7 +54,27 @@ class SampleRollouts:
             input_ids=torch.cat([repeated["prompts"], responses], dim=1),
             attention_mask=torch.cat([repeated["prompt_mask"].long(), response_mask], dim=1),
             finish_reason=[s.finish_reason for s in samples],
-        ).with_meta(weight_version=self.weight_version())
+        )
+        if any(sample.routed_experts is not None for sample in samples):
+            rows_out = rows_out.assign(routed_experts=routed_experts(rows_out, samples))
+        return rows_out.with_meta(weight_version=self.weight_version())
+
+
+def routed_experts(rows: Batch, samples: list[Sample]) -> torch.Tensor:
+    """(B, L, S, k) int16 in the columns of ``input_ids`` (left-padded prompt, then the
+    response): each position's experts as the engine routed it (``Sample.routed_experts``),
+    -1 on padding and where the engine kept none (the last token, never fed back)."""
+    shape = next(s.routed_experts.shape for s in samples if s.routed_experts is not None)
+    prompt_width = rows["prompts"].shape[1]
+    out = torch.full((len(samples), rows["input_ids"].shape[1], *shape[1:]), -1, dtype=torch.int16)
+    for row, (sample, prompt_mask) in enumerate(zip(samples, rows["prompt_mask"], strict=True)):
+        if sample.routed_experts is None:
+            continue
+        prompt = int(prompt_mask.sum())
+        routes = sample.routed_experts
+        out[row, prompt_width - prompt : prompt_width] = routes[:prompt]
+        out[row, prompt_width : prompt_width + routes.shape[0] - prompt] = routes[prompt:]
+    return out
 
 
 def prompt_ids(batch: Batch) -> list[list[int]]:

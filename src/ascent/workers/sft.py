@@ -87,7 +87,7 @@ class SFTWorker(EngineCheckpoints, Worker):
             micro_loss,
             role="sft",
             norm_length=batch["input_ids"].shape[1],
-            world_size=self.ctx.world_size,
+            dp_size=self.ctx.dp_size,
             mask_key="loss_mask",
             padded=not self.packed,
         )

@@ -70,6 +70,15 @@ class ActorSettings(Strict):
         "attention); needs model.packing=packed; must divide the ranks and the heads.",
     )
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus weight.")
+    router_replay: Literal["off", "rollout"] = Field(
+        "off",
+        description="Mixture of experts: the actor routes each token to the experts the "
+        "rollout engine chose (recorded by the native engine) instead of its own router's "
+        "choice; removes the routing part of the rollout/trainer mismatch.",
+    )
+    router_aux_loss_coef: float = Field(
+        0.0, ge=0, description="Mixture of experts: weight of the load-balancing loss."
+    )
     recompute_log_probs: Literal["auto", "always"] = Field(
         "auto",
         description="Recompute the batch's log-probs under the current policy before the "

@@ -17,6 +17,7 @@ from ascent.trainer.rl.plan_checks import (
     check_needs,
     check_params,
     check_rollout_ranks,
+    check_router_replay,
     check_sequence_parallel,
 )
 from ascent.trainer.rl.presets import PRESETS, Preset
@@ -132,6 +133,7 @@ def make_plan(config: RLConfig) -> Plan:
     check_agent(config)
     check_expert_parallel(config, needs)
     check_sequence_parallel(config, needs)
+    check_router_replay(config)
     return Plan(
         estimator=estimator,
         estimator_params=estimator_params,

@@ -33,6 +33,8 @@ def actor_config(config: RLConfig, plan: Plan) -> ActorConfig:
         loss=PolicyLossSettings(name=plan.loss, params=plan.loss_params),
         aggregation=plan.aggregation,
         entropy_coef=a.entropy_coef,
+        router_replay=a.router_replay,
+        router_aux_loss_coef=a.router_aux_loss_coef,
         kl_coef=plan.kl_coef if plan.kl_mode == "loss" else 0.0,
         kl_estimator=plan.kl_estimator,
         temperature=config.rollout.temperature,  # the trainer scores tokens as they were sampled

@@ -21,15 +21,17 @@ def run_variants(
     root: Path,
     lr: float = 4e-4,
     extra: Callable[[Path], dict] | None = None,
+    model: str = "dense",
 ) -> list[dict]:
     """One row per (seed, variant): before, after, gain_points, rl_seconds, and what
-    ``extra(run_dir)`` reads from the run's outputs."""
+    ``extra(run_dir)`` reads from the run's outputs; ``model``: the quickstart's dense or
+    moe model (``ascent.quickstart.run.fresh_models``)."""
     rows = []
     for seed in seeds:
         out = root / f"seed_{seed}"
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
-        model_dir, data, _, _ = prepare(seed, out)
+        model_dir, data, _, _ = prepare(seed, out, model=model)
         for name, overrides in variants.items():
             run_out = out / name.replace(" ", "_").replace("=", "")
             overrides = (*overrides, "trainer.progress_bar=false", "trainer.export=false")

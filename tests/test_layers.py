@@ -11,8 +11,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # stays inside its own package. Packages of one layer do not import each other.
 LAYERS = [
     ["errors"],
-    ["importing", "batch", "config", "sandbox", "distributed"],
-    ["algos", "controller", "vision", "moe"],
+    ["importing", "batch", "config", "sandbox"],
+    ["algos", "controller", "vision", "distributed"],
+    ["moe"],  # a mixture of experts' routing, replay and expert parallelism
     ["engine"],
     ["models", "data"],
     ["rollout"],  # the generation service: engines and backends

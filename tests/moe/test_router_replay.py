@@ -7,8 +7,11 @@ import torch
 
 from ascent.models import load_causal_lm
 from ascent.rollout import NativeEngine, SamplingParams
+from ascent.trainer.rl.loop import train_rl
 from ascent.workers import ActorWorker
 from ascent.workers.rollout_samples import SampleRollouts
+from tests.trainer.rl_setup import config as rl_config
+from tests.trainer.rl_setup import metric
 from tests.workers.conftest import in_process
 from tests.workers.data import rl_batch
 from tests.workers.test_actor import config
@@ -89,3 +92,14 @@ def test_replay_needs_the_routes(tiny_moe):
     batch = rollouts_of(tiny_moe)
     with pytest.raises(Exception, match="needs batch field 'routed_experts'"):
         run(tiny_moe, batch.drop("routed_experts"), router_replay="rollout")
+
+
+def test_an_rl_run_replays_the_rollouts_routes(tiny_moe, prompts, tmp_path):
+    """The whole path: the plan, the colocated native engine in bfloat16 (so that some
+    routes differ), the rollout role's batch, the actor's replay in every forward."""
+    run_dir = tmp_path / "run"
+    overrides = ("actor.router_replay=rollout", "rollout.dtype=bfloat16", "trainer.total_steps=2")
+    train_rl(rl_config(tiny_moe, prompts, run_dir, *overrides))
+    assert metric(run_dir, "actor/moe/routing_mismatch") == [0.0, 0.0]
+    natural = metric(run_dir, "actor/moe/routing_mismatch_natural")
+    assert len(natural) == 2 and all(0 <= share < 0.5 for share in natural)

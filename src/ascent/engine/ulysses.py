@@ -8,7 +8,7 @@ attention acts token by token, so it needs nothing from other ranks. Attention d
 
     q (1, H, n, D), k, v (1, G, n, D)    this rank's tokens, every head
       -> all-to-all ->  (1, H/P, N', D)  every token, this rank's H/P heads
-      -> attention within each row (block-causal over the whole packed sequence)
+      -> attention within each row (causal, row by row: no N' x N' mask)
       -> all-to-all ->  (1, H, n, D)     back to this rank's tokens
 
 With G key/value heads (GQA) and G < P, each is repeated P/G times first, so each rank gets
@@ -39,19 +39,20 @@ ATTENTION = "ascent_ulysses"
 @dataclass
 class UlyssesContext:
     """What attention needs beyond its own inputs: the sp group, and the whole packed
-    sequence's rows (as ``segments`` (N',): row number of each token) for the mask."""
+    sequence's rows (``segments`` (N',): the row of each token) as (start, end) spans."""
 
     group: Any
     size: int
     segments: Tensor
-    _mask: Tensor | None = None
+    _spans: list[tuple[int, int]] | None = None
 
-    def mask(self) -> Tensor:
-        """(1, 1, N', N') bool: query i sees key j when both are in one row and j <= i."""
-        if self._mask is None:
-            same_row = self.segments[:, None] == self.segments[None, :]
-            self._mask = torch.tril(same_row)[None, None]
-        return self._mask
+    def spans(self) -> list[tuple[int, int]]:
+        """[start, end) of each row in the packed sequence, in order."""
+        if self._spans is None:
+            lengths = torch.unique_consecutive(self.segments, return_counts=True)[1].tolist()
+            ends = torch.tensor(lengths).cumsum(0).tolist()
+            self._spans = [(end - length, end) for end, length in zip(ends, lengths, strict=True)]
+        return self._spans
 
 
 @dataclass(frozen=True)
@@ -143,14 +144,21 @@ def ulysses_attention(
         key = key.repeat_interleave(size // key.shape[1], dim=1)
         value = value.repeat_interleave(size // value.shape[1], dim=1)
     q, k, v = (_to_heads(t, size, group) for t in (query, key, value))
-    out = F.scaled_dot_product_attention(
-        q,
-        k,
-        v,
-        attn_mask=ulysses.mask(),
-        dropout_p=dropout,
-        scale=scaling,
-        enable_gqa=q.shape[1] != k.shape[1],
+    # Row by row, causal: no (N', N') mask is built or kept for the backward.
+    out = torch.cat(
+        [
+            F.scaled_dot_product_attention(
+                q[:, :, start:end],
+                k[:, :, start:end],
+                v[:, :, start:end],
+                dropout_p=dropout,
+                scale=scaling,
+                is_causal=True,
+                enable_gqa=q.shape[1] != k.shape[1],
+            )
+            for start, end in ulysses.spans()
+        ],
+        dim=2,
     )
     return _to_tokens(out, size, group).transpose(1, 2).contiguous(), None
 

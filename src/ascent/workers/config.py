@@ -8,6 +8,18 @@ from ascent.algos.types import AggregationMode
 from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, Strict
 
 
+def sequence_parallel_field() -> Any:
+    """The ``sequence_parallel`` knob of every role that trains or scores tokens."""
+    return Field(
+        1,
+        ge=1,
+        description="Ulysses sequence parallelism: split each packed micro-batch's tokens "
+        "over this many ranks (the mesh's sp axis; heads exchanged by all-to-all around "
+        "attention). They form one data-parallel replica; needs model.packing=packed, and "
+        "must divide the ranks and the attention heads.",
+    )
+
+
 class PolicyLossSettings(Strict):
     """Which policy loss, by registered name or import path, and its keyword parameters."""
 
@@ -89,14 +101,7 @@ class ActorConfig(MicroBatching):
         description="Weights for rollout/trainer log-prob mismatch (RolloutCorrectionSettings).",
     )
     chunk_tokens: int = Field(1024, ge=1, description="Tokens per log-prob chunk.")
-    sequence_parallel: int = Field(
-        1,
-        ge=1,
-        description="Ulysses sequence parallelism: split each packed micro-batch's tokens "
-        "over this many ranks (the mesh's sp axis; heads exchanged by all-to-all around "
-        "attention). They form one data-parallel replica; needs model.packing=packed, and "
-        "must divide the ranks and the attention heads.",
-    )
+    sequence_parallel: int = sequence_parallel_field()
 
 
 class ReferenceConfig(Strict):
@@ -107,14 +112,7 @@ class ReferenceConfig(Strict):
     tokens_per_micro_batch: int = Field(8192, ge=1, description="Token budget per forward.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollout.")
     chunk_tokens: int = Field(1024, ge=1, description="Tokens per log-prob chunk.")
-    sequence_parallel: int = Field(
-        1,
-        ge=1,
-        description="Ulysses sequence parallelism: split each packed micro-batch's tokens "
-        "over this many ranks (the mesh's sp axis; heads exchanged by all-to-all around "
-        "attention). They form one data-parallel replica; needs model.packing=packed, and "
-        "must divide the ranks and the attention heads.",
-    )
+    sequence_parallel: int = sequence_parallel_field()
 
 
 class CriticConfig(MicroBatching):
@@ -125,14 +123,7 @@ class CriticConfig(MicroBatching):
     fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
     value_clip: float | None = Field(0.5, gt=0, description="Clip range around old values.")
     aggregation: AggregationMode = Field("token-mean", description="Loss aggregation mode.")
-    sequence_parallel: int = Field(
-        1,
-        ge=1,
-        description="Ulysses sequence parallelism: split each packed micro-batch's tokens "
-        "over this many ranks (the mesh's sp axis; heads exchanged by all-to-all around "
-        "attention). They form one data-parallel replica; needs model.packing=packed, and "
-        "must divide the ranks and the attention heads.",
-    )
+    sequence_parallel: int = sequence_parallel_field()
 
 
 class ImplicitPRMConfig(MicroBatching):

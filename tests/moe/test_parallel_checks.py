@@ -90,30 +90,15 @@ def test_split_sequences_are_planned(tiny_model, prompts, tmp_path):
     )
 
 
-def test_experts_and_sequences_are_not_split_together_yet(tiny_moe, prompts, tmp_path):
-    with pytest.raises(ConfigError, match="are not combined yet"):
+def test_experts_and_sequences_split_over_axes_that_nest(tiny_moe, prompts, tmp_path):
+    """sp = ep: the same ranks split both; sp = 2, ep = 4 on 8 ranks: nested axes."""
+    split = ("model.packing=packed", "actor.sequence_parallel=2")
+    for ranks, ep in ((2, 2), (8, 4)):
         plan(
             tiny_moe,
             prompts,
             tmp_path,
-            "resources.devices_per_node=2",
-            "model.packing=packed",
-            "actor.sequence_parallel=2",
-            "actor.fsdp.expert_parallel=2",
+            f"resources.devices_per_node={ranks}",
+            *split,
+            f"actor.fsdp.expert_parallel={ep}",
         )
-
-
-@pytest.mark.parametrize(
-    "fixture, overrides, message",
-    [
-        ("tiny_model", (), "is a dense model (nothing to replay)"),
-        ("tiny_moe", ("rollout.engine=vllm",), "needs rollout.engine=native"),
-    ],
-)
-def test_router_replay_needs_recorded_routes(
-    request, prompts, tmp_path, fixture, overrides, message
-):
-    path = request.getfixturevalue(fixture)
-    with pytest.raises(ConfigError) as error:
-        plan(path, prompts, tmp_path, "actor.router_replay=rollout", *overrides)
-    assert message in str(error.value)

@@ -3,7 +3,8 @@ tokens split over an sp axis of 2, heads exchanged around attention, equals the 
 with whole sequences (sp = 1) on the same two processes: log-probs, loss, gradient norm and
 updated weights, for the actor (GQA with a key/value head per rank; LoRA; a log-prob head
 chunked finer than a rank's share), the reference and the critic, and a mixture of experts
-whose one key/value head is repeated for both ranks. Adam with eps = 1 makes the first
+whose one key/value head is repeated for both ranks, its experts whole or split over the
+same two ranks. Adam with eps = 1 makes the first
 step close to lr x gradient, so equal updated weights mean equal gradients."""
 
 import pytest
@@ -52,6 +53,17 @@ def roles(tiny_model, tiny_moe):
                 tiny_moe, model={"path": tiny_moe, "packing": PACKED}, sequence_parallel=sp, **actor
             ),
         )
+        # experts split over the same two ranks that split the sequences (ep = sp)
+        made[f"moe_ep{sp}"] = (
+            ActorWorker,
+            config(
+                tiny_moe,
+                model={"path": tiny_moe, "packing": PACKED},
+                sequence_parallel=sp,
+                fsdp={"expert_parallel": 2},
+                **actor,
+            ),
+        )
         made[f"ref{sp}"] = (
             ReferenceWorker,
             ReferenceConfig(model={"path": tiny_model, "packing": PACKED}, sequence_parallel=sp),
@@ -93,6 +105,12 @@ def test_split_sequences_give_the_same_update(groups, name):
     metrics = same_update(groups[f"{name}1"], groups[f"{name}2"], rl_batch(rows=8, seed=31))
     if name == "moe":
         assert metrics["actor/moe/imbalance"] >= 1
+
+
+def test_split_sequences_and_split_experts_give_the_same_update(groups):
+    """sp = 2 with ep = 2 (both over the same two ranks) against whole sequences, experts
+    split as well (which equals every expert on every rank: tests/moe)."""
+    same_update(groups["moe_ep1"], groups["moe_ep2"], rl_batch(rows=8, seed=33))
 
 
 def test_reference_and_critic_with_split_sequences(groups):

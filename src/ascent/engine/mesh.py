@@ -1,22 +1,22 @@
 """The training ranks as one torch DeviceMesh with named axes.
 
-With W ranks and sequence parallelism sp (W = dp x sp), the mesh is (dp, sp):
+W ranks, sequence parallelism sp and expert parallelism ep (each 1 when off), where the
+larger of sp and ep is a multiple of the smaller: the mesh is (outer, middle, inner) =
+(W / big, big / small, small), consecutive ranks innermost, and
 
-- ``fsdp``: every rank (the axes flattened): parameters are sharded over all W ranks.
-- ``sp``: the ranks that split one micro-batch's tokens (``ascent.engine.ulysses``); they
-  are given the same rows (one data-parallel replica, consecutive ranks).
-- ``dp``: the replicas; what is counted over the data (loss denominators) sums over it.
+- ``fsdp``: every rank (all axes flattened): dense parameters are sharded over all W ranks;
+- ``sp``: the ranks that split one micro-batch's tokens (``ascent.engine.ulysses``): the
+  innermost axes whose product is sp. They are given the same rows (one data-parallel
+  replica of consecutive ranks);
+- ``dp``: the other axes, the replicas; what is counted over the data (loss denominators)
+  sums over it;
+- ``ep``: the ranks that split a sparse layer's experts (rank r of the axis holds experts
+  [r E/ep, (r+1) E/ep)); tokens cross it by all-to-all. The innermost axes whose product is
+  ep: with sp = ep, the very ranks that split a sequence split the experts;
+- ``edp``: the other axes, the ranks holding the same experts; FSDP shards each split of
+  the experts over them.
 
-With expert parallelism ep (W = edp x ep), the mesh is (edp, ep):
-
-- ``fsdp``: every rank (the axes flattened). Dense parameters are sharded over all W ranks,
-  and the data (each rank's rows) is split over them too.
-- ``ep``: the ranks that split one sparse layer's experts between them (rank r of the axis
-  holds experts [r E/ep, (r+1) E/ep)); tokens cross this axis by all-to-all.
-- ``edp``: the ranks holding the same experts; FSDP shards each expert shard over them.
-
-Without either, the mesh is the one axis ``fsdp`` (which is also ``dp``). Both at once are
-not built yet (an error says so).
+With neither, the mesh is the one axis ``fsdp`` (which is also ``dp``).
 """
 
 from dataclasses import dataclass
@@ -42,8 +42,8 @@ class TrainingMesh:
 def training_mesh(
     device_type: str, expert_parallel: int = 1, sequence_parallel: int = 1
 ) -> TrainingMesh:
-    """The mesh of this process group's ranks; ValueError when an axis does not divide the
-    number of ranks."""
+    """The mesh of this process group's ranks (module docstring); ValueError when an axis
+    does not divide the number of ranks, or neither of the two divides the other."""
     world = dist.get_world_size()
     for field, size in (
         ("fsdp.expert_parallel", expert_parallel),
@@ -54,21 +54,35 @@ def training_mesh(
                 f"{field}={size} does not divide the {world} ranks of the role; choose a "
                 "divisor of the rank count"
             )
-    if expert_parallel > 1 and sequence_parallel > 1:
-        raise ValueError(
-            "fsdp.expert_parallel and sequence_parallel are not combined yet; use one of them"
-        )
-    if sequence_parallel > 1:
-        mesh = init_device_mesh(
-            device_type,
-            (world // sequence_parallel, sequence_parallel),
-            mesh_dim_names=("dp", "sp"),
-        )
-        return TrainingMesh(fsdp=mesh["dp", "sp"]._flatten("fsdp"), dp=mesh["dp"], sp=mesh["sp"])
-    if expert_parallel == 1:
+    if expert_parallel == sequence_parallel == 1:
         return TrainingMesh(fsdp=init_device_mesh(device_type, (world,), mesh_dim_names=("fsdp",)))
-    mesh = init_device_mesh(
-        device_type, (world // expert_parallel, expert_parallel), mesh_dim_names=("edp", "ep")
+    small, big = sorted((expert_parallel, sequence_parallel))
+    if big % small:
+        raise ValueError(
+            f"fsdp.expert_parallel={expert_parallel} and sequence_parallel={sequence_parallel}: "
+            "one must divide the other (they share the mesh's inner axes)"
+        )
+    names = ("outer", "middle", "inner")
+    mesh = init_device_mesh(device_type, (world // big, big // small, small), mesh_dim_names=names)
+    flattened: dict[tuple[str, ...], DeviceMesh] = {}
+
+    def axes(*dims: str) -> DeviceMesh:
+        if len(dims) == 1:
+            return mesh[dims[0]]
+        if dims not in flattened:  # _flatten: torch's name for a product of axes (as torchtitan)
+            flattened[dims] = mesh[dims]._flatten("_".join(dims))
+        return flattened[dims]
+
+    def inner(size: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(the innermost axes of product ``size``, the others)."""
+        return (("inner",), ("outer", "middle")) if size == small else (names[1:], names[:1])
+
+    sp, dp = inner(sequence_parallel)
+    ep, edp = inner(expert_parallel)
+    return TrainingMesh(
+        fsdp=axes(*names),
+        dp=axes(*dp) if sequence_parallel > 1 else None,
+        sp=axes(*sp) if sequence_parallel > 1 else None,
+        ep=axes(*ep) if expert_parallel > 1 else None,
+        edp=axes(*edp) if expert_parallel > 1 else None,
     )
-    # _flatten is how torch names a product of axes as one axis (torchtitan does the same).
-    return TrainingMesh(fsdp=mesh["edp", "ep"]._flatten("fsdp"), ep=mesh["ep"], edp=mesh["edp"])

@@ -176,9 +176,11 @@ def check_sequence_parallel(config: RLConfig, needs: Needs) -> None:
         field = f"{role}.sequence_parallel={sp}"
         if world % sp:
             raise ConfigError(f"{field} must divide the {world} training rank(s) (resources)")
-        if fsdp.expert_parallel > 1:
+        ep = fsdp.expert_parallel
+        if max(ep, sp) % min(ep, sp):
             raise ConfigError(
-                f"{field} and {role}.fsdp.expert_parallel > 1 are not combined yet; use one"
+                f"{field} and {role}.fsdp.expert_parallel={ep}: one must divide the other "
+                "(they share the mesh's inner axes)"
             )
         if not model.packed:
             raise ConfigError(

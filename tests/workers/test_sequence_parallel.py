@@ -18,6 +18,7 @@ from ascent.workers import (
     ReferenceConfig,
     ReferenceWorker,
 )
+from tests.moe.test_router_replay import other_experts, rollouts_of
 from tests.workers.data import rl_batch
 from tests.workers.test_actor import SMOOTH_ADAM, assert_same_weights, config
 from tests.workers.test_two_ranks import arranged
@@ -61,6 +62,16 @@ def roles(tiny_model, tiny_moe):
                 model={"path": tiny_moe, "packing": PACKED},
                 sequence_parallel=sp,
                 fsdp={"expert_parallel": 2},
+                **actor,
+            ),
+        )
+        made[f"replay{sp}"] = (
+            ActorWorker,
+            config(
+                tiny_moe,
+                model={"path": tiny_moe, "packing": PACKED},
+                sequence_parallel=sp,
+                router_replay="rollout",
                 **actor,
             ),
         )
@@ -132,3 +143,15 @@ def test_reference_and_critic_with_split_sequences(groups):
     assert_same_weights(
         groups["critic1"].full_weights()[0], groups["critic2"].full_weights()[0], atol=1e-6
     )
+
+
+def test_split_sequences_replay_the_rollouts_routes(groups, tiny_moe):
+    """Router replay: each rank replays the routes of its own tokens, and the mismatch
+    metrics count the whole micro-batch's."""
+    rollouts = rollouts_of(tiny_moe)
+    changed, _ = other_experts(rollouts["routed_experts"], slice(0, 4))
+    metrics = same_update(
+        groups["replay1"], groups["replay2"], rollouts.assign(routed_experts=changed)
+    )
+    assert metrics["actor/moe/routing_mismatch"] == 0
+    assert metrics["actor/moe/routing_mismatch_natural"] > 0

@@ -65,7 +65,18 @@ class SequenceShard:
     targets: Tensor  # (m_r,)
     query_counts: list[int]  # m_i of every rank, in rank order
     real_tokens: Tensor  # (N',) bool: the packed tokens of every rank, filler excluded
+    tokens: tuple[int, int]  # [start, end) of this rank's tokens in the padded sequence
     context: UlyssesContext
+
+    def padded(self, values: Tensor, fill: float) -> Tensor:
+        """(N, ...) per packed token -> (N', ...), ``fill`` on the filler."""
+        extra = self.real_tokens.shape[0] - values.shape[0]
+        return torch.cat([values, values.new_full((extra, *values.shape[1:]), fill)])
+
+    def local(self, values: Tensor, fill: float) -> Tensor:
+        """(N, ...) per packed token -> (n, ...) of this rank's tokens."""
+        start, end = self.tokens
+        return self.padded(values, fill)[start:end]
 
     def gather(self, values: Tensor) -> Tensor:
         """(m_r, ...) values of this rank's queries -> (M, ...) of all queries, on every rank."""
@@ -105,6 +116,7 @@ def shard_sequence(layout: PackedSequences, group: Any, size: int, rank: int) ->
         targets=layout.targets[in_mine],
         query_counts=query_counts.tolist(),
         real_tokens=torch.arange(share * size, device=ids.device) < total,
+        tokens=(int(bounds[rank]), int(bounds[rank + 1])),
         context=UlyssesContext(group=group, size=size, segments=segments),
     )
 

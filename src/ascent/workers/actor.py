@@ -41,11 +41,6 @@ class ActorWorker(EngineCheckpoints, Worker):
             self.config, self.device, self.config.sequence_parallel
         )
         replay = self.config.router_replay == "rollout"
-        if replay and self.config.sequence_parallel > 1:
-            raise ValueError(
-                "actor.router_replay=rollout with sequence_parallel > 1 is not built yet; "
-                "use one of them"
-            )
         self.routing = PolicyRouting(self.engine, replay, self.config.router_aux_loss_coef)
 
     @register(Dispatch.DP)

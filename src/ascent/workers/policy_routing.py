@@ -47,12 +47,17 @@ class PolicyRouting:
     @contextmanager
     def routed(self, micro: Batch, layout: PackedSequences) -> Iterator[RoutedPass]:
         """Around one forward of ``micro`` laid out as ``layout``."""
-        rollout = None
+        rollout = replayed = None
         if self.routers and ROUTES in micro:
             rollout = laid_out_routes(micro[ROUTES].to(layout.input_ids.device), layout.lay_out)
+            replayed = rollout
+            shard = sequence_shard(self.engine, micro, layout)
+            if shard is not None:  # this rank routes its share; the metrics see them all
+                replayed = [shard.local(routes, -1) for routes in rollout]
+                rollout = [shard.padded(routes, -1) for routes in rollout]
         # Replay's hooks first: the tape records the experts the forward actually used.
         with (
-            RouterReplay(self.routers, rollout if self.replay else None) as replay,
+            RouterReplay(self.routers, replayed if self.replay else None) as replay,
             RouterTape(self.routers) as tape,
         ):
             yield RoutedPass(tape, replay, rollout)
@@ -66,15 +71,17 @@ class PolicyRouting:
         routers would have chosen against the rollout's)."""
         if not routed.tape.recorded():
             return None, {}
-        tape, valid = routed.tape, layout.real_tokens()
+        tape, valid, natural = routed.tape, layout.real_tokens(), routed.replay.natural
         shard = sequence_shard(self.engine, micro, layout)
         if shard is not None:  # this rank routed its share: the micro-batch's whole load
             tape, valid = tape.gathered(shard.gather_tokens), shard.real_tokens
+            natural = [shard.gather_tokens(experts) for experts in natural]
         balance, metrics = routing_terms(tape, valid, self.aux_loss_coef, share)
-        if routed.rollout is not None and shard is None:
+        if routed.rollout is not None:
             used = routing_mismatch(tape.experts, routed.rollout, valid)
             metrics["moe/routing_mismatch"] = float(used)
             if self.replay:
-                natural = routing_mismatch(routed.replay.natural, routed.rollout, valid)
-                metrics["moe/routing_mismatch_natural"] = float(natural)
+                metrics["moe/routing_mismatch_natural"] = float(
+                    routing_mismatch(natural, routed.rollout, valid)
+                )
         return balance, metrics

@@ -107,16 +107,16 @@ def shard_sequence(layout: PackedSequences, group: Any, size: int, rank: int) ->
     query_counts = torch.bucketize(layout.query_index, bounds[1:], right=True).bincount(
         minlength=size
     )
-    first, mine = bounds[rank], slice(int(bounds[rank]), int(bounds[rank + 1]))
-    in_mine = (layout.query_index >= first) & (layout.query_index < first + share)
+    start, end = rank * share, (rank + 1) * share
+    in_mine = (layout.query_index >= start) & (layout.query_index < end)
     return SequenceShard(
-        input_ids=ids[mine][None],
-        position_ids=positions[mine][None],
-        query_index=layout.query_index[in_mine] - first,
+        input_ids=ids[start:end][None],
+        position_ids=positions[start:end][None],
+        query_index=layout.query_index[in_mine] - start,
         targets=layout.targets[in_mine],
         query_counts=query_counts.tolist(),
         real_tokens=torch.arange(share * size, device=ids.device) < total,
-        tokens=(int(bounds[rank]), int(bounds[rank + 1])),
+        tokens=(start, end),
         context=UlyssesContext(group=group, size=size, segments=segments),
     )
 

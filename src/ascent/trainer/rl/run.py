@@ -129,7 +129,7 @@ class RLRun:
             "perf/throughput": tokens / max(timings.get("timing_s/step", math.inf), 1e-9),
         }
         self.tracker.log(metrics, step, printer=printer)
-        self.records.write(step, batch)
+        self.tracker.log_samples(self.records.write(step, batch), step)
 
     # -- checkpoints ------------------------------------------------------------------------
 

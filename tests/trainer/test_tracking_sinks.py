@@ -96,6 +96,8 @@ def test_wandb_offline_run_holds_config_history_and_the_samples_table(tmp_path):
     ids = run_tracker(tmp_path, ["wandb"])
     (run_file,) = (tmp_path / "wandb").glob(f"offline-run-*-{ids['wandb']}/run-*.wandb")
     records = wandb_records(run_file)
+    kinds = [record.WhichOneof("record_type") for record in records]
+    assert kinds[1] == "run" and kinds[-1] == "exit", (run_file.stat().st_size, kinds)
     (run,) = [record.run for record in records if record.WhichOneof("record_type") == "run"]
     config = {item.key: json.loads(item.value_json) for item in run.config.update}
     assert config["actor"] == {"optim": {"lr": 0.001}} and run.display_name == tmp_path.name

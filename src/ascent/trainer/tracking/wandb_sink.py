@@ -35,3 +35,6 @@ class WandbSink:
 
     def close(self) -> None:
         self.run.finish()
+        # wandb writes through a service process; its teardown waits until that process has
+        # written everything (an offline run file is complete when close returns).
+        self.wandb.teardown()

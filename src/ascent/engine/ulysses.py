@@ -36,23 +36,14 @@ from ascent.engine.packing import PackedSequences
 ATTENTION = "ascent_ulysses"
 
 
-@dataclass
+@dataclass(frozen=True)
 class UlyssesContext:
-    """What attention needs beyond its own inputs: the sp group, and the whole packed
-    sequence's rows (``segments`` (N',): the row of each token) as (start, end) spans."""
+    """What attention needs beyond its own inputs: the sp group, and where each row of the
+    whole packed sequence is."""
 
     group: Any
     size: int
-    segments: Tensor
-    _spans: list[tuple[int, int]] | None = None
-
-    def spans(self) -> list[tuple[int, int]]:
-        """[start, end) of each row in the packed sequence, in order."""
-        if self._spans is None:
-            lengths = torch.unique_consecutive(self.segments, return_counts=True)[1].tolist()
-            ends = torch.tensor(lengths).cumsum(0).tolist()
-            self._spans = [(end - length, end) for end, length in zip(ends, lengths, strict=True)]
-        return self._spans
+    spans: list[tuple[int, int]]  # [start, end) of each row in the padded sequence, in order
 
 
 @dataclass(frozen=True)
@@ -102,7 +93,8 @@ def shard_sequence(layout: PackedSequences, group: Any, size: int, rank: int) ->
     fill = torch.arange(filler, device=ids.device)
     ids = torch.cat([ids, torch.zeros_like(fill)])
     positions = torch.cat([positions, fill])  # its own row, starting at 0
-    segments = torch.cumsum((positions == 0).long(), 0)
+    starts = (positions == 0).nonzero(as_tuple=True)[0].tolist()  # every row starts at 0
+    spans = list(zip(starts, [*starts[1:], share * size], strict=True))
     bounds = torch.arange(size + 1, device=ids.device) * share
     query_counts = torch.bucketize(layout.query_index, bounds[1:], right=True).bincount(
         minlength=size
@@ -117,7 +109,7 @@ def shard_sequence(layout: PackedSequences, group: Any, size: int, rank: int) ->
         query_counts=query_counts.tolist(),
         real_tokens=torch.arange(share * size, device=ids.device) < total,
         tokens=(start, end),
-        context=UlyssesContext(group=group, size=size, segments=segments),
+        context=UlyssesContext(group=group, size=size, spans=spans),
     )
 
 
@@ -168,7 +160,7 @@ def ulysses_attention(
                 is_causal=True,
                 enable_gqa=q.shape[1] != k.shape[1],
             )
-            for start, end in ulysses.spans()
+            for start, end in ulysses.spans
         ],
         dim=2,
     )

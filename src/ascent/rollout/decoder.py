@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from ascent.rollout import paged_attention
 from ascent.rollout.kv_cache import PagedKVCache
-from ascent.rollout.mlp import FeedForward, GatedMLP, experts_per_token, mlp_of, with_routes
+from ascent.rollout.mlp import FeedForward, mlp_of
 from ascent.rollout.paged_attention import PagedBatch
 
 RouteSink = Callable[[int, Tensor], None]  # (sparse layer, experts (tokens, k)) -> None
@@ -138,15 +138,11 @@ class DecoderRunner:
             self.layers = [LayerWeights.of(layer) for layer in self.base.layers]
         except ValueError as error:
             raise ValueError(f"{name}: {error}") from None
-        self.has_experts = any(not isinstance(layer.mlp, GatedMLP) for layer in self.layers)
         # layer index -> its number among the sparse layers (where its routes are kept)
-        self.sparse_index = {
-            index: number
-            for number, index in enumerate(
-                i for i, layer in enumerate(self.layers) if not isinstance(layer.mlp, GatedMLP)
-            )
-        }
-        self.top_k = max(experts_per_token(layer.mlp) for layer in self.layers)
+        sparse = [index for index, layer in enumerate(self.layers) if layer.mlp.top_k]
+        self.sparse_index = {index: number for number, index in enumerate(sparse)}
+        self.has_experts = bool(sparse)
+        self.top_k = max(layer.mlp.top_k for layer in self.layers)
         self.final_norm = Norm.of(self.base.norm)
         self.head = model.lm_head.weight
 
@@ -174,7 +170,7 @@ class DecoderRunner:
         batch, _, length, _ = attended.shape
         merged = attended.transpose(1, 2).reshape(batch, length, -1)
         hidden = hidden + F.linear(merged, *layer.o)
-        out, experts = with_routes(layer.mlp, rms_norm(hidden, layer.post_norm))
+        out, experts = layer.mlp.with_routes(rms_norm(hidden, layer.post_norm))
         if experts is not None and remember is not None:
             remember(self.sparse_index[index], experts)
         return hidden + out

@@ -21,6 +21,11 @@ class GatedMLP:
     def __call__(self, x: Tensor) -> Tensor:
         return F.linear(F.silu(F.linear(x, self.gate)) * F.linear(x, self.up), self.down)
 
+    top_k = 0  # no routing
+
+    def with_routes(self, x: Tensor) -> tuple[Tensor, None]:
+        return self(x), None
+
 
 @dataclass(frozen=True)
 class Experts:
@@ -55,9 +60,9 @@ class Experts:
         return top.to(logits.dtype), experts
 
     def __call__(self, x: Tensor) -> Tensor:
-        return self.routed(x)[0]
+        return self.with_routes(x)[0]
 
-    def routed(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def with_routes(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """The output (like x) and each token's k experts (tokens of x flattened, k)."""
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
@@ -88,32 +93,21 @@ class SharedExperts:
     shared: GatedMLP
     shared_gate: Tensor
 
-    def __call__(self, x: Tensor) -> Tensor:
-        return self.routed_with_shared(x)[0]
+    @property
+    def top_k(self) -> int:
+        return self.routed.top_k
 
-    def routed_with_shared(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """The output and the routed experts' choices (as ``Experts.routed``)."""
-        out, experts = self.routed.routed(x)
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.with_routes(x)[0]
+
+    def with_routes(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The output and the routed experts' choices (as ``Experts.with_routes``)."""
+        out, experts = self.routed.with_routes(x)
         return out + torch.sigmoid(F.linear(x, self.shared_gate)) * self.shared(x), experts
 
 
+# Each has ``top_k`` (0: dense) and ``with_routes(x) -> (output, experts (tokens, k) or None)``.
 FeedForward = GatedMLP | Experts | SharedExperts
-
-
-def experts_per_token(mlp: FeedForward) -> int:
-    """k of a routed feed-forward; 0 for a dense MLP."""
-    if isinstance(mlp, SharedExperts):
-        return mlp.routed.top_k
-    return mlp.top_k if isinstance(mlp, Experts) else 0
-
-
-def with_routes(mlp: FeedForward, x: Tensor) -> tuple[Tensor, Tensor | None]:
-    """The feed-forward of x, and the experts each token went to (None for a dense MLP)."""
-    if isinstance(mlp, Experts):
-        return mlp.routed(x)
-    if isinstance(mlp, SharedExperts):
-        return mlp.routed_with_shared(x)
-    return mlp(x), None
 
 
 def mlp_of(layer: nn.Module) -> FeedForward:

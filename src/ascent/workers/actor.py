@@ -150,7 +150,7 @@ class ActorWorker(EngineCheckpoints, Worker):
         )
         loss, metrics = objective.loss, metrics | objective.metrics
         share = float(mask.sum()) * normalizer.dp_size / max(normalizer.num_tokens, 1.0)
-        balance, routing_metrics = self.routing.terms(micro, layout, routed, share)
+        balance, routing_metrics = self.routing.terms(layout, routed, share)
         loss = loss if balance is None else loss + balance
         return loss, metrics | routing_metrics
 

@@ -13,6 +13,7 @@ from torch import Tensor
 from ascent.batch import Batch
 from ascent.engine.fsdp import TrainEngine
 from ascent.engine.packing import PackedSequences
+from ascent.engine.ulysses import SequenceShard
 from ascent.moe.replay import RouterReplay, laid_out_routes, routing_mismatch
 from ascent.moe.routing import RouterTape, routers_of, routing_terms
 from ascent.workers.common import sequence_shard
@@ -23,12 +24,13 @@ ROUTES = "routed_experts"
 @dataclass
 class RoutedPass:
     """One forward's routing: what the routers did (``tape``), what they would have chosen
-    when replayed (``replay.natural``), and the rollout's routes laid out like the forward's
-    tokens (None: the batch has none)."""
+    when replayed (``replay.natural``), the rollout's routes laid out like the forward's
+    tokens (None: the batch has none), and the forward's sequence shard."""
 
     tape: RouterTape
     replay: RouterReplay
     rollout: list[Tensor] | None
+    shard: SequenceShard | None  # this rank's share under sequence parallelism
 
 
 class PolicyRouting:
@@ -48,10 +50,10 @@ class PolicyRouting:
     def routed(self, micro: Batch, layout: PackedSequences) -> Iterator[RoutedPass]:
         """Around one forward of ``micro`` laid out as ``layout``."""
         rollout = replayed = None
+        shard = sequence_shard(self.engine, micro, layout) if self.routers else None
         if self.routers and ROUTES in micro:
             rollout = laid_out_routes(micro[ROUTES].to(layout.input_ids.device), layout.lay_out)
             replayed = rollout
-            shard = sequence_shard(self.engine, micro, layout)
             if shard is not None:  # this rank routes its share; the metrics see them all
                 replayed = [shard.local(routes, -1) for routes in rollout]
                 rollout = [shard.padded(routes, -1) for routes in rollout]
@@ -60,10 +62,10 @@ class PolicyRouting:
             RouterReplay(self.routers, replayed if self.replay else None) as replay,
             RouterTape(self.routers) as tape,
         ):
-            yield RoutedPass(tape, replay, rollout)
+            yield RoutedPass(tape, replay, rollout, shard)
 
     def terms(
-        self, micro: Batch, layout: PackedSequences, routed: RoutedPass, share: float
+        self, layout: PackedSequences, routed: RoutedPass, share: float
     ) -> tuple[Tensor | None, dict]:
         """The balancing loss term to add (None when its weight is 0) and the metrics:
         ``moe/*`` load and aux loss, ``moe/routing_mismatch`` (the experts used against the
@@ -72,7 +74,7 @@ class PolicyRouting:
         if not routed.tape.recorded():
             return None, {}
         tape, valid, natural = routed.tape, layout.real_tokens(), routed.replay.natural
-        shard = sequence_shard(self.engine, micro, layout)
+        shard = routed.shard
         if shard is not None:  # this rank routed its share: the micro-batch's whole load
             tape, valid = tape.gathered(shard.gather_tokens), shard.real_tokens
             natural = [shard.gather_tokens(experts) for experts in natural]

@@ -131,19 +131,28 @@ def check_agent(config: RLConfig) -> None:
         )
 
 
+def _trained_roles(
+    config: RLConfig, needs: Needs
+) -> list[tuple[str, FSDPConfig, int, ModelConfig]]:
+    """(role, its sharding, its sequence_parallel, its checkpoint) of each role that trains
+    or scores tokens on the FSDP engine; the reference shards and splits as the actor."""
+    roles = [("actor", config.actor.fsdp, config.actor.sequence_parallel, config.model)]
+    if needs.values:
+        critic = config.critic
+        roles.append(
+            ("critic", critic.fsdp, critic.sequence_parallel, critic.model or config.model)
+        )
+    if needs.process_rewards:
+        prm = config.implicit_prm
+        roles.append(("implicit_prm", prm.fsdp, 1, prm.model or config.model))
+    return roles
+
+
 def check_expert_parallel(config: RLConfig, needs: Needs) -> None:
     """Each training role's ``fsdp.expert_parallel`` divides the ranks and its checkpoint's
-    experts (the reference shards as the actor does)."""
+    experts."""
     world = config.resources.world_size
-    roles: dict[str, tuple[FSDPConfig, ModelConfig]] = {"actor": (config.actor.fsdp, config.model)}
-    if needs.values:
-        roles["critic"] = (config.critic.fsdp, config.critic.model or config.model)
-    if needs.process_rewards:
-        roles["implicit_prm"] = (
-            config.implicit_prm.fsdp,
-            config.implicit_prm.model or config.model,
-        )
-    for role, (fsdp, model) in roles.items():
+    for role, fsdp, _, model in _trained_roles(config, needs):
         ep = fsdp.expert_parallel
         if ep == 1:
             continue
@@ -164,13 +173,9 @@ def check_expert_parallel(config: RLConfig, needs: Needs) -> None:
 
 def check_sequence_parallel(config: RLConfig, needs: Needs) -> None:
     """Each ``sequence_parallel`` divides the ranks and the attention heads, and has packed
-    rows to split (the reference splits as the actor does)."""
+    rows to split."""
     world = config.resources.world_size
-    roles = {"actor": (config.actor.sequence_parallel, config.actor.fsdp, config.model)}
-    if needs.values:
-        critic = config.critic
-        roles["critic"] = (critic.sequence_parallel, critic.fsdp, critic.model or config.model)
-    for role, (sp, fsdp, model) in roles.items():
+    for role, fsdp, sp, model in _trained_roles(config, needs):
         if sp == 1:
             continue
         field = f"{role}.sequence_parallel={sp}"

@@ -24,7 +24,7 @@ class SinkContext:
     run_id: str | None  # this sink's run id kept in that checkpoint
 
 
-class Sink(Protocol):
+class MetricSink(Protocol):
     name: str
 
     def log(self, metrics: dict[str, float], step: int) -> None: ...

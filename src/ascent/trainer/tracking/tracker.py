@@ -21,12 +21,12 @@ from typing import Any
 from ascent.trainer.tracking.config import TrackingConfig
 from ascent.trainer.tracking.mlflow_sink import MlflowSink
 from ascent.trainer.tracking.records import console_line, keep_records_up_to
-from ascent.trainer.tracking.sink import Sink, SinkContext
+from ascent.trainer.tracking.sink import MetricSink, SinkContext
 from ascent.trainer.tracking.swanlab_sink import SwanLabSink
 from ascent.trainer.tracking.tensorboard_sink import TensorBoardSink
 from ascent.trainer.tracking.wandb_sink import WandbSink
 
-SINKS: dict[str, Callable[[SinkContext], Sink]] = {
+SINKS: dict[str, Callable[[SinkContext], MetricSink]] = {
     "tensorboard": TensorBoardSink,
     "wandb": WandbSink,
     "mlflow": MlflowSink,
@@ -54,7 +54,7 @@ class Tracker:
         self.console_keys = config.console_keys or console_keys
         self.run_dir.mkdir(parents=True, exist_ok=True)
         run_ids = run_ids or {}
-        self.sinks: list[Sink] = []
+        self.sinks: list[MetricSink] = []
         self._jsonl = None
         for name in config.sinks:
             if name not in SINKS:
@@ -108,7 +108,7 @@ class Tracker:
             for sink in list(self.sinks):
                 self._guarded(sink, "log_samples", cells, step)
 
-    def _guarded(self, sink: Sink, method: str, *args: Any) -> Any:
+    def _guarded(self, sink: MetricSink, method: str, *args: Any) -> Any:
         try:
             return getattr(sink, method)(*args)
         except Exception as error:  # any tool's failure: reported once, then the sink is off

@@ -102,3 +102,15 @@ def test_experts_and_sequences_split_over_axes_that_nest(tiny_moe, prompts, tmp_
             *split,
             f"actor.fsdp.expert_parallel={ep}",
         )
+
+
+def test_a_vision_language_model_is_not_split_yet(tiny_vlm, prompts, tmp_path):
+    with pytest.raises(ConfigError, match="vision-language models are not split yet"):
+        plan(
+            tiny_vlm,
+            prompts,
+            tmp_path,
+            "resources.devices_per_node=2",
+            "model.packing=packed",
+            "actor.sequence_parallel=2",
+        )

@@ -33,6 +33,9 @@ BAD_COMPLETIONS = [  # (body, status, words the message must contain)
     (completion(prompt="x", n=0), 400, ["n:"]),
     (completion(prompt="x", temperature=-1), 400, ["temperature"]),
     (completion(prompt="x", presence_penalty=0.5), 400, ["presence_penalty"]),
+    (completion(prompt="x", logprobs=21), 400, ["logprobs"]),
+    (completion(prompt="x", max_tokens=0), 400, ["max_tokens 0", "echo"]),
+    (completion(prompt="x", echo=True, logprobs=0, stream=True), 400, ["echo", "stream"]),
     (completion(prompt="x" * 1_000_000), 400, ["max_model_len"]),
     (completion(prompt=[1] * 600), 400, ["511"]),
     ({**completion(prompt="x"), "model": "other"}, 404, ["serves 'tiny'"]),
@@ -49,6 +52,10 @@ def test_each_bad_request_is_answered_and_the_next_good_one_is_served(served):
         assert good.status_code == 200 and len(good.json()["choices"][0]["token_ids"]) == 4
     chat = {"model": "tiny", "messages": [], "max_tokens": 4}
     assert post(served, "/v1/chat/completions", json=chat).status_code == 400
+    chat["messages"] = [{"role": "user", "content": "hi"}]
+    answer = post(served, "/v1/chat/completions", json={**chat, "top_logprobs": 2})
+    assert answer.status_code == 400, answer.text
+    assert "top_logprobs needs logprobs" in answer.json()["error"]["message"]
     bad_json = post(served, "/v1/completions", content=b"{not json")
     assert bad_json.status_code == 400 and "JSON" in bad_json.json()["error"]["message"]
     health = httpx.get(f"{served.url}/health", timeout=ANSWER_WITHIN_S)

@@ -25,6 +25,7 @@ from ascent.rollout.engine_settings import TRAINING_ONLY, EngineSettings, genera
 from ascent.rollout.kv_cache import PagedKVCache
 from ascent.rollout.requests import EngineRequest
 from ascent.rollout.scheduler import Scheduler
+from ascent.rollout.scoring import TokenScores, score_tokens
 from ascent.rollout.types import Sample, SamplingParams
 from ascent.rollout.vision import VisionPrefill
 from ascent.vision.prompts import is_vision_language
@@ -229,6 +230,26 @@ class NativeEngine:
             )
         if sampling.stop and self.tokenizer is None:
             raise ValueError("stop strings need the engine to have a tokenizer")
+
+    def score(
+        self,
+        ids: list[int],
+        top_k: int,
+        sampling: SamplingParams | None = None,
+        sampled_from: int | None = None,
+    ) -> TokenScores:
+        """Teacher-forced log-probs of ``ids`` and the ``top_k`` alternatives at each position
+        (``ascent.rollout.scoring``); call it between steps (the backend's step thread)."""
+        if self.vision is not None:
+            raise ValueError("scoring a vision-language model's tokens is not supported")
+        if not 0 < len(ids) <= self.max_model_len:
+            raise ValueError(
+                f"the scored text has {len(ids)} tokens; it needs 1 to "
+                f"{self.max_model_len} (max_model_len)"
+            )
+        if not 0 <= min(ids) <= max(ids) < self.vocab_size:
+            raise ValueError(f"the scored text has token ids outside [0, {self.vocab_size})")
+        return score_tokens(self.runner, ids, top_k, sampling, sampled_from)
 
     def seeded_generator(self, sampling: SamplingParams) -> torch.Generator | None:
         """A random stream of its own for a seeded, sampled request; None: the engine's."""

@@ -33,6 +33,7 @@ from ascent.rollout.protocol import (
     WeightReceiver,
 )
 from ascent.rollout.requests import EngineRequest
+from ascent.rollout.scoring import TokenScores
 from ascent.rollout.types import Sample, SamplingParams
 
 DEGRADED_AFTER = 3  # failed steps in a row before /health reports "degraded"
@@ -155,6 +156,18 @@ class NativeBackend(RolloutBackend):
             self._call(lambda: self._abort(request))
             raise
         return [TokenOut.of(s) for s in sorted(finished, key=lambda s: s.sample_index)]
+
+    async def score(
+        self,
+        ids: list[int],
+        top_k: int,
+        sampling: SamplingParams | None = None,
+        sampled_from: int | None = None,
+    ) -> TokenScores:
+        """``NativeEngine.score`` on the step thread, between two steps (weights cannot
+        change under it)."""
+        call = self._call(lambda: self.engine.score(ids, top_k, sampling, sampled_from))
+        return await asyncio.wrap_future(call)
 
     async def stream(
         self, prompt_ids: list[int], sampling: SamplingParams, images: list[str] | None = None

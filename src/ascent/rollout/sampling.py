@@ -26,14 +26,21 @@ def restrict(logits: Tensor, params: SamplingParams) -> Tensor:
     return scores
 
 
+def distribution(logits: Tensor, params: SamplingParams) -> Tensor:
+    """float32 (B, V) log-probs of the distribution ``params`` samples from: greedy (T = 0)
+    reports the model's own, log_softmax(logits); otherwise log_softmax of ``restrict``."""
+    if params.temperature == 0:
+        return torch.log_softmax(logits.float(), dim=-1)
+    return torch.log_softmax(restrict(logits, params), dim=-1)
+
+
 def sample(logits: Tensor, params: SamplingParams, uniform: Tensor | None) -> tuple[Tensor, Tensor]:
     """Next tokens (B,) and their log-probs (B,) under the sampling distribution; ``uniform``
     (B,) float64 in [0, 1): one draw per row (unused, and may be None, when greedy)."""
+    log_probs = distribution(logits, params)
     if params.temperature == 0:
         tokens = logits.argmax(dim=-1)
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
     else:
-        log_probs = torch.log_softmax(restrict(logits, params), dim=-1)
         # Inverse CDF: the first token whose cumulative probability exceeds U * total. The
         # sum runs in float64, so the draw follows p to ~1e-16 whatever the vocabulary. One
         # uniform per row makes it 2-4x faster on a CPU than Gumbel-max at (16-64 x 49k),

@@ -2,14 +2,17 @@
 included; ``image_url`` parts for a vision-language model, ``ascent.serve.images``), Hermes
 tool calls parsed into ``tool_calls``; streamed for ``n=1``."""
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from ascent.rollout.protocol import TokenOut, render_chat
+from ascent.rollout.types import SamplingParams
 from ascent.serve import responses as r
 from ascent.serve.images import request_images, with_image_tokens
+from ascent.serve.logprobs import chat_logprobs, scored_tokens
 from ascent.serve.schema import ChatRequest, RequestError, parse
 from ascent.serve.served import Served
 
@@ -45,6 +48,7 @@ class Chat:
             stream = self.stream(body, prompt, sampling, bool(tools), images)
             return StreamingResponse(stream, media_type="text/event-stream")
         outs = await served.run(prompt, sampling, images)
+        logprobs = await asyncio.gather(*(self.logprobs(body, prompt, o, sampling) for o in outs))
         choices = [
             r.chat_choice(
                 j,
@@ -53,7 +57,7 @@ class Chat:
                 out,
                 sampling.stop,
                 body.skip_special_tokens,
-                body.logprobs,
+                logprobs[j],
                 bool(tools),
             )
             for j, out in enumerate(outs)
@@ -66,6 +70,17 @@ class Chat:
             choices,
             usage=r.usage(len(prompt), generated),
         )
+
+    async def logprobs(
+        self, body: ChatRequest, prompt: list[int], out: TokenOut, sampling: SamplingParams
+    ) -> dict | None:
+        """A choice's ``logprobs``; alternatives from scoring prompt and response."""
+        if not body.logprobs:
+            return None
+        scores = None
+        if body.top_logprobs:
+            scores = await self.served.score(prompt, out, body.top_logprobs, sampling)
+        return chat_logprobs(self.served.tokenizer, scored_tokens(prompt, out, scores, False))
 
     async def stream(
         self,
@@ -98,7 +113,7 @@ class Chat:
                     item,
                     sampling.stop,
                     body.skip_special_tokens,
-                    False,
+                    None,
                     tools,
                 )
                 if tools:

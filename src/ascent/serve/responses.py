@@ -30,10 +30,6 @@ def visible_text(tokenizer: object, out: TokenOut, stop: list[str], skip_special
     return text[: min(cuts)] if cuts else text
 
 
-def token_strings(tokenizer: object, token_ids: list[int]) -> list[str]:
-    return [tokenizer.decode([t]) for t in token_ids]
-
-
 def trace(prompt_ids: list[int], out: TokenOut) -> dict:
     """The fields every choice adds to OpenAI's: what exactly was sampled, and by which
     weights."""
@@ -51,29 +47,19 @@ def completion_choice(
     out: TokenOut,
     stop: list[str],
     skip_special: bool,
-    logprobs: bool,
+    logprobs: dict | None,
+    echoed: str | None = None,
 ) -> dict:
+    """A completion choice; ``logprobs`` its built object (``ascent.serve.logprobs``),
+    ``echoed`` the prompt's text when ``echo`` asked for it before the response's."""
     text = visible_text(tokenizer, out, stop, skip_special)
-    choice = {
+    return {
         "index": index,
-        "text": text,
-        "logprobs": None,
+        "text": text if echoed is None else echoed + text,
+        "logprobs": logprobs,
         "finish_reason": out.finish_reason,
         **trace(prompt_ids, out),
     }
-    if logprobs:
-        strings = token_strings(tokenizer, out.token_ids)
-        offsets, position = [], 0
-        for s in strings:
-            offsets.append(position)
-            position += len(s)
-        choice["logprobs"] = {
-            "tokens": strings,
-            "token_logprobs": out.log_probs,
-            "top_logprobs": None,
-            "text_offset": offsets,
-        }
-    return choice
 
 
 def chat_choice(
@@ -83,28 +69,19 @@ def chat_choice(
     out: TokenOut,
     stop: list[str],
     skip_special: bool,
-    logprobs: bool,
+    logprobs: dict | None,
     tools: bool,
 ) -> dict:
+    """A chat choice; ``logprobs`` its built object (``ascent.serve.logprobs``)."""
     text = visible_text(tokenizer, out, stop, skip_special)
     message = assistant_message(text, tools)
-    choice = {
+    return {
         "index": index,
         "message": message,
-        "logprobs": None,
+        "logprobs": logprobs,
         "finish_reason": "tool_calls" if "tool_calls" in message else out.finish_reason,
         **trace(prompt_ids, out),
     }
-    if logprobs:
-        choice["logprobs"] = {
-            "content": [
-                {"token": s, "logprob": lp, "bytes": list(s.encode()), "top_logprobs": []}
-                for s, lp in zip(
-                    token_strings(tokenizer, out.token_ids), out.log_probs, strict=True
-                )
-            ]
-        }
-    return choice
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:

@@ -2,10 +2,12 @@
 
 Fields the OpenAI API defines that change nothing here (``user``, ``stream_options``) are
 accepted and ignored; fields that would change the output and are not implemented
-(penalties, ``best_of``, ``echo``, top alternatives) are refused with a 400 naming them, so a
-client never silently gets something other than what it asked for. Extensions (as in vLLM):
-``top_k``, ``stop_token_ids``, ``skip_special_tokens``, ``ignore_eos``; token ids are always
-returned.
+(penalties, ``best_of``) are refused with a 400 naming them, so a client never silently gets
+something other than what it asked for. Log-probs as evaluation clients ask for them: top
+alternatives (``logprobs`` 0-20 for completions, ``top_logprobs`` 0-20 for chat) and ``echo``
+with the prompt's log-probs (``max_tokens`` 0 scores the prompt alone); not streamed.
+Extensions (as in vLLM): ``top_k``, ``stop_token_ids``, ``skip_special_tokens``,
+``ignore_eos``; token ids are always returned.
 """
 
 import json
@@ -14,6 +16,7 @@ from typing import Literal
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ascent.rollout.scoring import MAX_TOP_LOGPROBS
 from ascent.rollout.types import SamplingParams
 
 DEFAULT = SamplingParams()  # what a request leaves out samples as the engine's defaults
@@ -69,23 +72,25 @@ class _Common(BaseModel):
 
 class CompletionRequest(_Common):
     prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(16, ge=1)
-    logprobs: int | None = Field(None, ge=0)
+    max_tokens: int | None = Field(16, ge=0)
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool = False
     best_of: int | None = None
 
     def unsupported(self) -> None:
         super().unsupported()
-        if self.echo:
-            raise RequestError("echo is not supported by ascent serve", "echo")
         if self.best_of not in (None, self.n):
             raise RequestError("best_of is not supported by ascent serve", "best_of")
-        if self.logprobs:
-            raise RequestError(
-                "logprobs > 0 (top alternatives) is not supported; use logprobs=0 for the "
-                "sampled tokens' log-probs",
-                "logprobs",
-            )
+        if self.max_tokens == 0 and not self.echo:
+            raise RequestError("max_tokens 0 generates nothing: set echo to score the prompt")
+        if self.stream and (self.echo or self.logprobs):
+            field = "echo" if self.echo else "logprobs"
+            raise RequestError(f"{field} is not supported with stream; leave stream out", field)
+
+    @property
+    def scores_prompt(self) -> bool:
+        """Whether the prompt's tokens are scored: ``echo`` with ``logprobs``."""
+        return self.echo and self.logprobs is not None
 
 
 class ChatRequest(_Common):
@@ -95,12 +100,16 @@ class ChatRequest(_Common):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0)
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
     def unsupported(self) -> None:
         super().unsupported()
-        if self.top_logprobs:
-            raise RequestError("top_logprobs > 0 is not supported by ascent serve", "top_logprobs")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise RequestError("top_logprobs needs logprobs set to true", "top_logprobs")
+        if self.top_logprobs and self.stream:
+            raise RequestError(
+                "top_logprobs is not supported with stream; leave stream out", "top_logprobs"
+            )
         if isinstance(self.tool_choice, dict):
             raise RequestError("a forced tool_choice is not supported; use auto", "tool_choice")
 

@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator
 
 from ascent.rollout.native_backend import NativeBackend
 from ascent.rollout.protocol import TokenOut
+from ascent.rollout.scoring import TokenScores
+from ascent.rollout.types import SamplingParams
 from ascent.serve import responses as r
 from ascent.serve.schema import ChatRequest, CompletionRequest, RequestError
 
@@ -62,6 +64,16 @@ class Served:
         return await asyncio.wait_for(
             self.backend.generate_n(prompt, sampling, images=images or None),
             self.request_timeout_s,
+        )
+
+    async def score(
+        self, prompt: list[int], out: TokenOut, top_k: int, sampling: SamplingParams
+    ) -> TokenScores:
+        """Teacher-forced log-probs of ``prompt`` + ``out``'s tokens with ``top_k``
+        alternatives; the response's under ``sampling``, within the request timeout."""
+        ids = prompt + list(out.token_ids)
+        return await asyncio.wait_for(
+            self.backend.score(ids, top_k, sampling, len(prompt)), self.request_timeout_s
         )
 
     async def token_items(

@@ -1,0 +1,140 @@
+"""Log-probs as evaluation clients ask for them: teacher-forced scoring in the engine equals a
+transformers forward, and ``ascent serve`` returns top alternatives (completions ``logprobs``
+k, chat ``top_logprobs`` k) and ``echo`` with the prompt's log-probs in OpenAI's / vLLM's
+shapes, through the official ``openai`` client."""
+
+import openai
+import pytest
+import torch
+
+from ascent.models import load_causal_lm, load_tokenizer
+from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout.sampling import distribution
+from ascent.rollout.scoring import score_tokens
+
+IDS = [5, 17, 33, 70, 71, 100, 3, 9, 40, 41, 42]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model):
+    return load_causal_lm(tiny_model)
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+    """log_softmax of a transformers forward over IDS: (T, V)."""
+    with torch.no_grad():
+        logits = model(torch.tensor([IDS])).logits[0].float()
+    return torch.log_softmax(logits, dim=-1)
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return openai.OpenAI(base_url=f"{served.url}/v1", api_key="none", max_retries=0)
+
+
+@pytest.mark.parametrize("rows_per_slice", [256, 3])
+def test_scoring_equals_a_transformers_forward(model, reference, rows_per_slice):
+    engine = NativeEngine(model, max_num_seqs=2, max_model_len=64)
+    scores = score_tokens(engine.runner, IDS, 4, rows_per_slice=rows_per_slice)
+    assert scores.log_probs[0] is None and scores.top[0] is None
+    expected = reference[:-1].gather(-1, torch.tensor(IDS[1:])[:, None]).squeeze(-1)
+    assert scores.log_probs[1:] == pytest.approx(expected.tolist(), abs=1e-5)
+    values, indices = reference[:-1].topk(4, dim=-1)
+    for t, alternatives in enumerate(scores.top[1:]):
+        assert [a for a, _ in alternatives] == indices[t].tolist()
+        assert [v for _, v in alternatives] == pytest.approx(values[t].tolist(), abs=1e-5)
+
+
+def test_generated_positions_are_scored_under_the_sampling_distribution(model, reference):
+    engine = NativeEngine(model, max_num_seqs=2, max_model_len=64)
+    sampling = SamplingParams(temperature=0.7, top_k=3)
+    scores = score_tokens(engine.runner, IDS, 5, sampling, sampled_from=8)
+    # before the boundary the model's own distribution, from it on the sampling one
+    assert scores.log_probs[7] == pytest.approx(reference[6, IDS[7]].item(), abs=1e-5)
+    restricted = distribution(reference, sampling)  # log_softmax shifts logits: same softmax
+    for t in (8, 9, 10):
+        alternatives = scores.top[t]
+        assert len(alternatives) == 3, "top_k 3 leaves three tokens with any probability"
+        expected = restricted[t - 1].topk(3)
+        assert [a for a, _ in alternatives] == expected.indices.tolist()
+        assert [v for _, v in alternatives] == pytest.approx(expected.values.tolist(), abs=1e-5)
+
+
+def test_the_engine_scores_what_it_sampled_with_the_log_probs_it_reported(model):
+    engine = NativeEngine(model, max_num_seqs=2, max_model_len=64)
+    sampling = SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=8, seed=1)
+    [sample] = engine.generate([IDS[:5]], sampling)
+    scores = engine.score(IDS[:5] + sample.token_ids, 2, sampling, sampled_from=5)
+    assert scores.log_probs[5:] == pytest.approx(sample.log_probs, abs=1e-4)
+
+
+def test_completions_echo_scores_the_prompt_with_top_alternatives(client, reference, tiny_model):
+    answer = client.completions.create(
+        model="tiny", prompt=IDS, max_tokens=0, echo=True, logprobs=3, temperature=0
+    )
+    [choice] = answer.choices
+    logprobs = choice.logprobs
+    assert choice.model_extra["token_ids"] == [] and choice.finish_reason == "length"
+    assert choice.text == load_tokenizer(tiny_model).decode(IDS)
+    assert len(logprobs.tokens) == len(IDS) and logprobs.token_logprobs[0] is None
+    expected = reference[:-1].gather(-1, torch.tensor(IDS[1:])[:, None]).squeeze(-1)
+    assert logprobs.token_logprobs[1:] == pytest.approx(expected.tolist(), abs=1e-4)
+    assert logprobs.top_logprobs[0] is None
+    for t, top in enumerate(logprobs.top_logprobs[1:], start=1):
+        # the three most likely tokens and the prompt's own (when not among them), keyed by
+        # text: byte tokens that decode alike ("\ufffd") share a key holding the likelier
+        assert 1 <= len(top) <= 4 and top[logprobs.tokens[t]] >= logprobs.token_logprobs[t]
+        best = reference[t - 1].max().item()
+        assert max(top.values()) == pytest.approx(best, abs=1e-4)
+
+
+def test_lm_eval_style_request_scores_the_context_and_one_generated_token(client):
+    """What lm-eval's ``local-completions`` sends for a log-likelihood: echo, max_tokens 1,
+    logprobs 1; it reads entries [context length : -1]."""
+    answer = client.completions.create(
+        model="tiny", prompt=[IDS], max_tokens=1, echo=True, logprobs=1, temperature=0
+    )
+    logprobs = answer.choices[0].logprobs
+    assert len(logprobs.token_logprobs) == len(IDS) + 1
+    generated = answer.choices[0].model_extra["token_ids"][0]
+    top = logprobs.top_logprobs[-1]
+    assert max(top, key=top.get) == logprobs.tokens[-1], "greedy: the chosen token is the top one"
+    assert logprobs.tokens[-1] == answer.choices[0].text[-len(logprobs.tokens[-1]) :]
+    assert generated >= 0 and logprobs.text_offset[0] == 0
+
+
+def test_sampled_completions_report_alternatives_beside_the_engine_log_prob(client):
+    answer = client.completions.create(
+        model="tiny",
+        prompt="ab",
+        max_tokens=6,
+        logprobs=2,
+        temperature=0.9,
+        seed=4,
+        extra_body={"top_k": 2},
+    )
+    logprobs = answer.choices[0].logprobs
+    for token, value, top in zip(
+        logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs, strict=True
+    ):
+        assert token in top and 1 <= len(top) <= 2, "top_k 2: the chosen one is among them"
+        assert top[token] >= value - 1e-4
+
+
+def test_chat_top_logprobs(client):
+    answer = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=5,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+    )
+    content = answer.choices[0].logprobs.content
+    assert len(content) == len(answer.choices[0].model_extra["token_ids"]) == 5
+    for entry in content:
+        values = [alternative.logprob for alternative in entry.top_logprobs]
+        assert len(values) == 3 and values == sorted(values, reverse=True)
+        assert entry.top_logprobs[0].token == entry.token, "greedy picks the most likely"
+        assert entry.logprob == pytest.approx(values[0], abs=1e-4)

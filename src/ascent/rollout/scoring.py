@@ -24,6 +24,7 @@ from math import inf
 import torch
 from torch import Tensor
 
+from ascent.rollout.decoder import DecoderRunner
 from ascent.rollout.sampling import distribution
 from ascent.rollout.types import SamplingParams
 
@@ -40,14 +41,14 @@ class TokenScores:
 
 
 def score_tokens(
-    runner: object,
+    runner: DecoderRunner,
     ids: list[int],
     top_k: int,
     sampling: SamplingParams | None = None,
     sampled_from: int | None = None,
     rows_per_slice: int = 256,
 ) -> TokenScores:
-    """``ids`` scored by ``runner`` (a ``DecoderRunner``); positions from ``sampled_from`` on
+    """``ids`` scored by ``runner``; positions from ``sampled_from`` on
     under ``sampling``'s distribution (None: every position under the model's own)."""
     if not 0 <= top_k <= MAX_TOP_LOGPROBS:
         raise ValueError(f"top_k must be in [0, {MAX_TOP_LOGPROBS}], got {top_k}")

@@ -21,7 +21,7 @@ LAYERS = [
     ["agents", "serve"],  # on top of generation (episodes are scored by rewards)
     ["workers"],  # the RL roles, the rollout role among them
     ["trainer"],
-    ["quickstart", "doctor", "configdoc"],
+    ["quickstart", "doctor", "configdoc", "report"],  # report: reads run directories only
     ["cli"],
     ["__main__"],
 ]

@@ -1,7 +1,7 @@
 """The ``ascent`` command line: ``quickstart``, ``sft CONFIG key=value ...``,
 ``rm CONFIG key=value ...``,
 ``train CONFIG key=value ...``, ``export CHECKPOINT OUT_DIR``, ``convert-gguf SOURCE OUT_DIR``,
-``serve MODEL_DIR`` and ``doctor [CONFIG]``.
+``serve MODEL_DIR``, ``report RUN_DIR`` and ``doctor [CONFIG]``.
 
 An error in what the user gave (``ascent.errors.UserError``: a config key, a data row, a
 missing file, an import path) prints its message alone and exits 2; ``--debug`` (or
@@ -79,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
     serve.add_argument("--seed", type=int, help="seed of requests that bring none")
     serve.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
+    report = commands.add_parser(
+        "report", help="an HTML page of a run's curves, sample generations and config"
+    )
+    report.add_argument("run_dir", help="the run's directory (trainer.run_dir)")
+    report.add_argument("--out", help="where to write index.html and the PNGs (RUN_DIR/report)")
     doctor = commands.add_parser("doctor", help="check the machine, Ray, disk and the model")
     doctor.add_argument("config", nargs="?", help="a train or sft config to check")
     doctor.add_argument("overrides", nargs="*", help="dotted overrides")
@@ -120,6 +125,11 @@ def _run(args: argparse.Namespace) -> int:
             seed=args.seed,
             request_timeout_s=args.request_timeout,
         )
+    if args.command == "report":
+        from ascent.report import write_report
+
+        print(write_report(args.run_dir, args.out))
+        return 0
     if args.command == "doctor":
         from ascent.doctor import run_doctor
 

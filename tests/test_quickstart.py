@@ -18,7 +18,8 @@ from ascent.quickstart.warm_start import warm_start
 @pytest.mark.learning
 @pytest.mark.slow
 def test_quickstart_raises_held_out_accuracy(tmp_path):
-    """Seed 1 gains +43.4 points on the AMD EPYC the README's table comes from (seeds 0-7:
+    """Seed 1 gains +43.4 points on the AMD EPYC the quickstart table (README,
+    docs/getting-started.md) comes from (seeds 0-7:
     +43.4 to +60.6, mean +52.8); it is the worst seed there. The assertion is the
     quickstart's promise, +30: 13.4 points below, for other CPU models' floating point
     (at the earlier lr 4e-4 one machine sent this seed to +7.8, another to +42.6)."""

@@ -1,8 +1,9 @@
-"""The README's configuration reference, generated from the config classes themselves.
+"""The configuration reference, generated from the config classes themselves.
 
-Each documented class has a block in README.md between ``<!-- config:Name -->`` and
-``<!-- /config -->``; ``python -m ascent.configdoc --update README.md`` rewrites the blocks and
-the test suite fails when they are out of date, so the reference cannot drift from the code.
+Each documented class has a block in docs/reference/config.md between ``<!-- config:Name -->``
+and ``<!-- /config -->``; ``python -m ascent.configdoc --update docs/reference/config.md``
+rewrites the blocks and the test suite fails when they are out of date, so the reference cannot
+drift from the code.
 """
 
 import argparse
@@ -123,7 +124,7 @@ def render(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--update", metavar="README", help="rewrite the blocks in this file")
+    parser.add_argument("--update", metavar="PAGE", help="rewrite the blocks in this file")
     args = parser.parse_args(argv)
     if args.update:
         path = Path(args.update)

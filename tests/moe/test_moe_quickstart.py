@@ -12,8 +12,8 @@ from ascent.quickstart import run_quickstart
 @pytest.mark.slow
 def test_a_mixture_of_experts_learns_addition(tmp_path):
     """Seed 0 gained +53.0 points (33.4% -> 86.4%) here with two threads, +43.8 with one
-    (seed 1: +53.8), on the AMD EPYC of the README; the promise is the quickstart's +30,
-    13.8 points below the lowest."""
+    (seed 1: +53.8), on the AMD EPYC of docs/guides/mixture-of-experts.md; the promise is
+    the quickstart's +30, 13.8 points below the lowest."""
     assert run_quickstart(seed=0, out_dir=str(tmp_path), model="moe") == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["gain_points"] >= 30 and summary["model_kind"] == "moe"

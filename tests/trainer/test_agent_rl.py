@@ -92,7 +92,8 @@ def test_multi_turn_episodes_learn(tiny_model, prompts, tmp_path, seed, mode):
     model's turns ended on a digit: the score climbs only if the episode's outcome reaches
     the sampled tokens of every turn, past the rendered turns between them (learning the first
     turn alone would gain about 0.25). Seeds 0-5 gained 0.64 to 0.71 in 30 steps on the AMD
-    EPYC of the README's tables (from about 0.3 to 0.98); ``assert_learned`` asks for 0.4.
+    EPYC of docs/guides/agents-tools.md (from about 0.3 to 0.98); ``assert_learned`` asks for
+    0.4.
     In async mode (staleness 1: the episodes play on while the trainer trains) seeds 0-3
     gained 0.64 to 0.72."""
     run = tmp_path / "run"

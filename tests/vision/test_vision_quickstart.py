@@ -77,8 +77,8 @@ def test_warm_start_labels_say_nothing_about_the_pictures(tiny_vlm):
 @pytest.mark.slow
 def test_the_vision_quickstart_learns_to_see(tmp_path):
     """Seed 0 gains +50.0 points (25.0% -> 75.0%) with a blind control at 25.0% on the AMD
-    EPYC of the README's table (seeds 0-3 gained 46.5 to 73 points); the promise is +25 and
-    a control within 10 points of chance."""
+    EPYC of the table in docs/guides/vision-language.md (seeds 0-3 gained 46.5 to 73
+    points); the promise is +25 and a control within 10 points of chance."""
     assert run_vision_quickstart(seed=0, out_dir=str(tmp_path)) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["gain_points"] >= 25

@@ -23,7 +23,7 @@ MIN_GAIN_POINTS = 30
 
 
 def real_overrides(seed: int, steps: int) -> list[str]:
-    """The recipe, as dotted overrides (the choices are explained in the README)."""
+    """The recipe, as dotted overrides (the choices are explained in docs/getting-started.md)."""
     return [
         "data.prompts_per_step=8",
         "data.max_prompt_length=64",

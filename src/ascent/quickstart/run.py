@@ -152,7 +152,7 @@ def run_quickstart(
     seed: int = 0,
     out_dir: str = "runs/quickstart",
     steps: int = 400,
-    lr: float = 3e-4,  # 4e-4 collapsed seed 1 to 1% held out on one machine (README)
+    lr: float = 3e-4,  # 4e-4 collapsed seed 1 to 1% held out on one machine (docs/getting-started)
     sft_target: float = 0.3,
     overrides: tuple[str, ...] = (),
     model: str = "dense",

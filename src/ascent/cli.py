@@ -68,9 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     convert.add_argument("out_dir", help="a new directory for config, safetensors and tokenizer")
     serve = commands.add_parser("serve", help="an OpenAI-compatible server over the native engine")
-    from ascent.rollout.serve_args import add_engine_arguments
+    if _command(sys.argv[1:] if argv is None else argv) == "serve":
+        # The engine's flags come from its settings, which import torch (about 3 s): only
+        # ``serve`` pays for them, not ``report`` or ``--help``.
+        from ascent.rollout.serve_args import add_engine_arguments
 
-    add_engine_arguments(serve)
+        add_engine_arguments(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument(
@@ -98,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         _stop_ray_output()
         print(f"ascent {args.command}: {error}", file=sys.stderr)
         return 2
+
+
+def _command(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def _run(args: argparse.Namespace) -> int:

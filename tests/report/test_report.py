@@ -170,11 +170,18 @@ def test_a_real_rl_run(tiny_model, prompts, tmp_path):
     assert "algorithm: <code>ppo</code>" in page
 
 
-def test_the_report_imports_neither_torch_nor_the_trainer():
-    """It reads files only, so it runs on any copy of a run directory, quickly."""
-    code = (
-        "import sys, ascent.report; "
-        "print([m for m in sys.modules if m == 'torch' or m.startswith('ascent.trainer')])"
-    )
+def test_the_report_imports_neither_torch_nor_the_trainer(tmp_path):
+    """It reads files only, so it runs on any copy of a run directory, quickly: the package,
+    and the ``ascent report`` command (the CLI builds ``serve``'s torch-backed flags only for
+    ``serve``)."""
+    heavy = "[m for m in sys.modules if m == 'torch' or m.startswith('ascent.trainer')]"
+    code = f"import sys, ascent.report; print({heavy})"
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "[]"
+    run = full_run(tmp_path / "run")
+    command = (
+        f"import sys; from ascent.cli import main; main(['report', {str(run)!r}]); print({heavy})"
+    )
+    found = subprocess.run([sys.executable, "-c", command], capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip().splitlines()[-1] == "[]"

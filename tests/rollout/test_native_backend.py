@@ -10,7 +10,7 @@ from ascent.models import load_causal_lm, load_tokenizer
 from ascent.models.loading import causal_lm_from_config
 from ascent.rollout import NativeEngine, SamplingParams
 from ascent.rollout.native_backend import DEGRADED_AFTER, NativeBackend
-from ascent.rollout.protocol import Capability, CapabilityError, RolloutBackend
+from ascent.rollout.protocol import Capability, CapabilityError, RolloutBackend, StreamedToken
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=200)
 
@@ -190,5 +190,5 @@ def test_leaving_a_stream_early_aborts_its_request(backend):
         return first
 
     first = run(backend, main())
-    assert all(isinstance(item, tuple) for item in first)
+    assert all(isinstance(item, StreamedToken) for item in first)
     assert backend.engine.scheduler.running == 0, "the slot was freed"

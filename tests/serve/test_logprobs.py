@@ -1,7 +1,8 @@
-"""Log-probs as evaluation clients ask for them: teacher-forced scoring in the engine equals a
-transformers forward, and ``ascent serve`` returns top alternatives (completions ``logprobs``
-k, chat ``top_logprobs`` k) and ``echo`` with the prompt's log-probs in OpenAI's / vLLM's
-shapes, through the official ``openai`` client."""
+"""Log-probs as evaluation clients ask for them: the engine keeps each sampled token's top
+alternatives from the distribution it was drawn from, teacher-forced scoring of a prompt
+equals a transformers forward, and ``ascent serve`` returns top alternatives (completions
+``logprobs`` k, chat ``top_logprobs`` k; streamed too) and ``echo`` with the prompt's
+log-probs in OpenAI's / vLLM's shapes, through the official ``openai`` client."""
 
 import openai
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 from ascent.models import load_causal_lm, load_tokenizer
 from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout.requests import EngineRequest
 from ascent.rollout.sampling import distribution
 from ascent.rollout.scoring import score_tokens
 
@@ -46,27 +48,47 @@ def test_scoring_equals_a_transformers_forward(model, reference, rows_per_slice)
         assert [v for _, v in alternatives] == pytest.approx(values[t].tolist(), abs=1e-5)
 
 
-def test_generated_positions_are_scored_under_the_sampling_distribution(model, reference):
+def generate(engine, prompt, sampling, top_logprobs):
+    """One response of the engine, with ``top_logprobs`` alternatives per token."""
+    samples, generator = [], engine.seeded_generator(sampling)
+    engine.add_request(
+        EngineRequest(
+            prompt, sampling, samples.append, generator=generator, top_logprobs=top_logprobs
+        )
+    )
+    while engine.has_work():
+        engine.step()
+    return samples[0]
+
+
+def test_the_engine_keeps_each_tokens_alternatives_from_its_sampling_distribution(model):
     engine = NativeEngine(model, max_num_seqs=2, max_model_len=64)
-    sampling = SamplingParams(temperature=0.7, top_k=3)
-    scores = score_tokens(engine.runner, IDS, 5, sampling, sampled_from=8)
-    # before the boundary the model's own distribution, from it on the sampling one
-    assert scores.log_probs[7] == pytest.approx(reference[6, IDS[7]].item(), abs=1e-5)
-    restricted = distribution(reference, sampling)  # log_softmax shifts logits: same softmax
-    for t in (8, 9, 10):
-        alternatives = scores.top[t]
+    sampling = SamplingParams(temperature=0.7, top_k=3, max_new_tokens=6, seed=2)
+    sample = generate(engine, IDS[:5], sampling, top_logprobs=5)
+    ids = IDS[:5] + sample.token_ids
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, 4:-1].float()  # predicting the response
+    expected = distribution(logits, sampling).topk(5)
+    assert len(sample.top_logprobs) == len(sample.token_ids) == 6
+    for t, (token, log_prob, alternatives) in enumerate(
+        zip(sample.token_ids, sample.log_probs, sample.top_logprobs, strict=True)
+    ):
         assert len(alternatives) == 3, "top_k 3 leaves three tokens with any probability"
-        expected = restricted[t - 1].topk(3)
-        assert [a for a, _ in alternatives] == expected.indices.tolist()
-        assert [v for _, v in alternatives] == pytest.approx(expected.values.tolist(), abs=1e-5)
+        assert [a for a, _ in alternatives] == expected.indices[t, :3].tolist()
+        assert [v for _, v in alternatives] == pytest.approx(
+            expected.values[t, :3].tolist(), abs=1e-5
+        )
+        assert dict(alternatives)[token] == pytest.approx(log_prob, abs=1e-6)
+    plain = generate(engine, IDS[:5], sampling, top_logprobs=0)
+    assert plain.top_logprobs is None and plain.token_ids == sample.token_ids, "same draws"
 
 
-def test_the_engine_scores_what_it_sampled_with_the_log_probs_it_reported(model):
+def test_teacher_forced_scoring_agrees_with_what_the_engine_sampled(model):
     engine = NativeEngine(model, max_num_seqs=2, max_model_len=64)
-    sampling = SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=8, seed=1)
-    [sample] = engine.generate([IDS[:5]], sampling)
-    scores = engine.score(IDS[:5] + sample.token_ids, 2, sampling, sampled_from=5)
+    [sample] = engine.generate([IDS[:5]], SamplingParams(temperature=0, max_new_tokens=8))
+    scores = engine.score(IDS[:5] + sample.token_ids, 2)
     assert scores.log_probs[5:] == pytest.approx(sample.log_probs, abs=1e-4)
+    assert [top[0][0] for top in scores.top[5:]] == sample.token_ids, "greedy: the argmax"
 
 
 def test_completions_echo_scores_the_prompt_with_top_alternatives(client, reference, tiny_model):
@@ -119,7 +141,7 @@ def test_sampled_completions_report_alternatives_beside_the_engine_log_prob(clie
         logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs, strict=True
     ):
         assert token in top and 1 <= len(top) <= 2, "top_k 2: the chosen one is among them"
-        assert top[token] >= value - 1e-4
+        assert top[token] >= value  # equal, unless a likelier token decodes to the same text
 
 
 def test_chat_top_logprobs(client):
@@ -138,3 +160,35 @@ def test_chat_top_logprobs(client):
         assert len(values) == 3 and values == sorted(values, reverse=True)
         assert entry.top_logprobs[0].token == entry.token, "greedy picks the most likely"
         assert entry.logprob == pytest.approx(values[0], abs=1e-4)
+
+
+def test_streamed_tokens_carry_their_alternatives(client):
+    completion = client.completions.create(
+        model="tiny", prompt="ab", max_tokens=5, temperature=0, logprobs=2, stream=True
+    )
+    chunks = [chunk.choices[0] for chunk in completion if chunk.choices[0].finish_reason is None]
+    assert len(chunks) == 5
+    offsets = [chunk.logprobs.text_offset[0] for chunk in chunks]
+    assert offsets == sorted(offsets) and offsets[0] == 0
+    for chunk in chunks:
+        [token], [value], [top] = (
+            chunk.logprobs.tokens,
+            chunk.logprobs.token_logprobs,
+            chunk.logprobs.top_logprobs,
+        )
+        assert max(top.values()) == top[token] == value, "greedy: the likeliest"
+    chat = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+        stream=True,
+    )
+    entries = [
+        e for chunk in chat if chunk.choices[0].logprobs for e in chunk.choices[0].logprobs.content
+    ]
+    assert len(entries) == 4
+    for entry in entries:
+        assert len(entry.top_logprobs) == 3 and entry.top_logprobs[0].token == entry.token

@@ -231,13 +231,7 @@ class NativeEngine:
         if sampling.stop and self.tokenizer is None:
             raise ValueError("stop strings need the engine to have a tokenizer")
 
-    def score(
-        self,
-        ids: list[int],
-        top_k: int,
-        sampling: SamplingParams | None = None,
-        sampled_from: int | None = None,
-    ) -> TokenScores:
+    def score(self, ids: list[int], top_k: int) -> TokenScores:
         """Teacher-forced log-probs of ``ids`` and the ``top_k`` alternatives at each position
         (``ascent.rollout.scoring``); call it between steps (the backend's step thread)."""
         if self.vision is not None:
@@ -249,7 +243,7 @@ class NativeEngine:
             )
         if not 0 <= min(ids) <= max(ids) < self.vocab_size:
             raise ValueError(f"the scored text has token ids outside [0, {self.vocab_size})")
-        return score_tokens(self.runner, ids, top_k, sampling, sampled_from)
+        return score_tokens(self.runner, ids, top_k)
 
     def seeded_generator(self, sampling: SamplingParams) -> torch.Generator | None:
         """A random stream of its own for a seeded, sampled request; None: the engine's."""

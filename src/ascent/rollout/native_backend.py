@@ -29,6 +29,7 @@ from ascent.rollout.protocol import (
     Images,
     PauseMode,
     RolloutBackend,
+    StreamedToken,
     TokenOut,
     WeightReceiver,
 )
@@ -132,7 +133,10 @@ class NativeBackend(RolloutBackend):
         sampling: SamplingParams,
         session_id: str | None = None,
         images: list[str] | None = None,
+        top_logprobs: int = 0,
     ) -> list[TokenOut]:
+        """The ``n`` responses; with ``top_logprobs`` k, each token's k likeliest
+        alternatives too (``TokenOut.top_logprobs``)."""
         self.engine.check_request(prompt_ids, sampling, "the prompt")
         loop = asyncio.get_running_loop()
         done: asyncio.Future = loop.create_future()
@@ -146,7 +150,12 @@ class NativeBackend(RolloutBackend):
                 loop.call_soon_threadsafe(_settle, done, samples, request.error)
 
         request = EngineRequest(
-            list(prompt_ids), sampling, on_sample, generator=generator, images=tuple(images or ())
+            list(prompt_ids),
+            sampling,
+            on_sample,
+            generator=generator,
+            images=tuple(images or ()),
+            top_logprobs=top_logprobs,
         )
         self.engine.prepare_images(request, "the prompt")
         self._call(lambda: self._add(request))
@@ -157,32 +166,29 @@ class NativeBackend(RolloutBackend):
             raise
         return [TokenOut.of(s) for s in sorted(finished, key=lambda s: s.sample_index)]
 
-    async def score(
-        self,
-        ids: list[int],
-        top_k: int,
-        sampling: SamplingParams | None = None,
-        sampled_from: int | None = None,
-    ) -> TokenScores:
+    async def score(self, ids: list[int], top_k: int) -> TokenScores:
         """``NativeEngine.score`` on the step thread, between two steps (weights cannot
         change under it)."""
-        call = self._call(lambda: self.engine.score(ids, top_k, sampling, sampled_from))
-        return await asyncio.wrap_future(call)
+        return await asyncio.wrap_future(self._call(lambda: self.engine.score(ids, top_k)))
 
     async def stream(
-        self, prompt_ids: list[int], sampling: SamplingParams, images: list[str] | None = None
-    ) -> AsyncIterator[tuple[int, float, int] | TokenOut]:
-        """One response token by token: (token, log-prob, weight version) items, then the
-        finished ``TokenOut``. Leaving early (a client gone, a timeout) aborts the request,
-        which frees its slot."""
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        images: list[str] | None = None,
+        top_logprobs: int = 0,
+    ) -> AsyncIterator[StreamedToken | TokenOut]:
+        """One response token by token (``StreamedToken``s), then the finished ``TokenOut``.
+        Leaving early (a client gone, a timeout) aborts the request, which frees its slot."""
         if sampling.n != 1:
             raise ValueError("stream returns one response; use n=1")
         self.engine.check_request(prompt_ids, sampling, "the prompt")
         loop = asyncio.get_running_loop()
         items: asyncio.Queue = asyncio.Queue()
 
-        def on_token(_: int, token: int, log_prob: float, version: int) -> None:
-            loop.call_soon_threadsafe(items.put_nowait, (token, log_prob, version))
+        def on_token(_: int, token: int, log_prob: float, version: int, top: list) -> None:
+            item = StreamedToken(token, log_prob, version, top)
+            loop.call_soon_threadsafe(items.put_nowait, item)
 
         def on_sample(sample: Sample) -> None:
             self._live.discard(request)
@@ -191,7 +197,13 @@ class NativeBackend(RolloutBackend):
 
         generator = self.engine.seeded_generator(sampling)
         request = EngineRequest(
-            list(prompt_ids), sampling, on_sample, on_token, generator, images=tuple(images or ())
+            list(prompt_ids),
+            sampling,
+            on_sample,
+            on_token,
+            generator,
+            images=tuple(images or ()),
+            top_logprobs=top_logprobs,
         )
         self.engine.prepare_images(request, "the prompt")
         self._call(lambda: self._add(request))

@@ -58,12 +58,15 @@ class CapabilityError(RuntimeError):
 @dataclass(frozen=True)
 class TokenOut:
     """One response. ``log_probs[t]`` is log p(token_ids[t]) under the distribution it was
-    sampled from (see ``Sample``); ``weight_versions[t]`` the weights that produced it."""
+    sampled from (see ``Sample``); ``weight_versions[t]`` the weights that produced it;
+    ``top_logprobs[t]`` that distribution's most likely tokens, where asked for (the native
+    engine's ``EngineRequest.top_logprobs``), else None."""
 
     token_ids: list[int]
     log_probs: list[float]
     finish_reason: str
     weight_versions: list[int] = field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
     @property
     def weight_version(self) -> int | None:
@@ -74,7 +77,19 @@ class TokenOut:
         versions = sample.weight_versions
         if versions is None:
             versions = [sample.weight_version] * len(sample.token_ids)
-        return cls(sample.token_ids, sample.log_probs or [], sample.finish_reason, versions)
+        log_probs = sample.log_probs or []
+        return cls(sample.token_ids, log_probs, sample.finish_reason, versions, sample.top_logprobs)
+
+
+@dataclass(frozen=True)
+class StreamedToken:
+    """One token of a streamed response, as it is sampled: its log-prob, the weights that
+    sampled it, and its top alternatives (empty unless asked for)."""
+
+    token: int
+    log_prob: float
+    weight_version: int
+    top_logprobs: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ import torch
 
 from ascent.rollout.types import Sample, SamplingParams
 
-# Called on the engine's thread: (sample_index, new token id, its log-prob, weight version).
-TokenCallback = Callable[[int, int, float, int], None]
+# Called on the engine's thread: (sample_index, new token id, its log-prob, weight version,
+# its top alternatives: (id, log-prob) pairs, empty unless the request asks for them).
+TokenCallback = Callable[[int, int, float, int, list[tuple[int, float]]], None]
 
 
 @dataclass(eq=False)
@@ -25,6 +26,9 @@ class EngineRequest:
     index: the ``prompt_index`` written into this request's samples.
     images: data URLs of the prompt's images, in the order of its image tokens (a
         vision-language model); ``vision`` is what the engine prepared from them.
+    top_logprobs: also keep, for every sampled token, the k most likely tokens of the
+        distribution it was sampled from (``Sample.top_logprobs``; ``ascent serve``'s
+        ``logprobs`` / ``top_logprobs``); 0: none, and no cost.
     """
 
     prompt: list[int]
@@ -34,6 +38,7 @@ class EngineRequest:
     generator: torch.Generator | None = None
     index: int = 0
     images: tuple[str, ...] = ()
+    top_logprobs: int = 0
     vision: Any = field(default=None, init=False)
     aborted: bool = field(default=False, init=False)
     error: BaseException | None = field(default=None, init=False)  # why the engine failed it

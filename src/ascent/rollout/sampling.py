@@ -1,4 +1,7 @@
-"""Batched next-token sampling on the device, with the sampled tokens' log-probs."""
+"""Batched next-token sampling on the device, with the sampled tokens' log-probs (and, for
+the requests that ask, the most likely alternatives)."""
+
+import math
 
 import torch
 from torch import Tensor
@@ -52,3 +55,16 @@ def sample(logits: Tensor, params: SamplingParams, uniform: Tensor | None) -> tu
         tokens = torch.searchsorted(cumulative, threshold, right=True).squeeze(-1)
         tokens = tokens.clamp_(max=logits.shape[-1] - 1)
     return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+Alternatives = list[tuple[int, float]]  # (token id, log-prob) pairs, most likely first
+
+
+def top_alternatives(log_probs: Tensor, k: int) -> list[Alternatives]:
+    """The ``k`` most likely tokens of each row of ``log_probs`` (R, V) with their log-probs;
+    tokens top-k or top-p left out (-inf) are no alternatives, so a row may hold fewer."""
+    values, indices = log_probs.topk(k, dim=-1)
+    return [
+        [(token, value) for token, value in zip(ids, row, strict=True) if value > -math.inf]
+        for ids, row in zip(indices.tolist(), values.tolist(), strict=True)
+    ]

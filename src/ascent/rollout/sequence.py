@@ -13,7 +13,8 @@ class Running:
     next decode step feeds it). cached: positions whose keys and values are in ``blocks``
     (the block table, in order). names: the prefix-index names of its full cached blocks,
     chained from ``root``.
-    log_probs and versions: per generated token. limit: the generated length that ends it.
+    log_probs and versions: per generated token; alternatives too when the request asks for
+    them (``EngineRequest.top_logprobs``). limit: the generated length that ends it.
     """
 
     request: EngineRequest
@@ -27,6 +28,7 @@ class Running:
     root: int = 0  # the prefix index's root when its blocks were named
     log_probs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    alternatives: list[list[tuple[int, float]]] = field(default_factory=list)
 
     @property
     def generated(self) -> list[int]:

@@ -52,6 +52,10 @@ class Sample:
     ``routed_experts`` (a mixture of experts on the native engine): (T, S, k) int16, the k
     experts each of the T positions whose keys the engine computed (the prompt, then every
     generated token but the last) went to in each of the S sparse layers; -1 where none.
+
+    ``top_logprobs[t]`` (requests that ask, ``EngineRequest.top_logprobs`` k): the k most
+    likely tokens of the distribution token t was sampled from, (id, log-prob) pairs, most
+    likely first; None when not asked.
     """
 
     prompt_index: int
@@ -62,6 +66,7 @@ class Sample:
     weight_version: int
     weight_versions: list[int] | None = None
     routed_experts: Tensor | None = None
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 def response_lengths(batch: Batch) -> Tensor:

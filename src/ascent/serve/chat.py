@@ -2,17 +2,15 @@
 included; ``image_url`` parts for a vision-language model, ``ascent.serve.images``), Hermes
 tool calls parsed into ``tool_calls``; streamed for ``n=1``."""
 
-import asyncio
 from collections.abc import AsyncIterator
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from ascent.rollout.protocol import TokenOut, render_chat
-from ascent.rollout.types import SamplingParams
 from ascent.serve import responses as r
 from ascent.serve.images import request_images, with_image_tokens
-from ascent.serve.logprobs import chat_logprobs, scored_tokens
+from ascent.serve.logprobs import ScoredTokens, chat_logprobs, scored_tokens
 from ascent.serve.schema import ChatRequest, RequestError, parse
 from ascent.serve.served import Served
 
@@ -47,8 +45,11 @@ class Chat:
                 raise RequestError("stream needs n=1", "stream")
             stream = self.stream(body, prompt, sampling, bool(tools), images)
             return StreamingResponse(stream, media_type="text/event-stream")
-        outs = await served.run(prompt, sampling, images)
-        logprobs = await asyncio.gather(*(self.logprobs(body, prompt, o, sampling) for o in outs))
+        outs = await served.run(prompt, sampling, images, body.top_logprobs or 0)
+        logprobs = [
+            chat_logprobs(served.tokenizer, scored_tokens(prompt, o)) if body.logprobs else None
+            for o in outs
+        ]
         choices = [
             r.chat_choice(
                 j,
@@ -71,17 +72,6 @@ class Chat:
             usage=r.usage(len(prompt), generated),
         )
 
-    async def logprobs(
-        self, body: ChatRequest, prompt: list[int], out: TokenOut, sampling: SamplingParams
-    ) -> dict | None:
-        """A choice's ``logprobs``; alternatives from scoring prompt and response."""
-        if not body.logprobs:
-            return None
-        scores = None
-        if body.top_logprobs:
-            scores = await self.served.score(prompt, out, body.top_logprobs, sampling)
-        return chat_logprobs(self.served.tokenizer, scored_tokens(prompt, out, scores, False))
-
     async def stream(
         self,
         body: ChatRequest,
@@ -101,7 +91,8 @@ class Chat:
             return r.sse(r.envelope("chat.completion.chunk", request_id, model_name, [choice]))
 
         yield chunk({"role": "assistant", "content": ""})
-        async for item in self.served.token_items(prompt, sampling, images):
+        top = body.top_logprobs or 0
+        async for item in self.served.token_items(prompt, sampling, images, top):
             if isinstance(item, str):  # an error event
                 yield item
                 return
@@ -123,16 +114,15 @@ class Chat:
                 yield chunk(delta, final["finish_reason"], token_ids=[])
                 yield r.sse("[DONE]")
                 return
-            token, log_prob, version = item
-            delta = {} if tools else {"content": text.push(token)}
-            logprobs = token_logprobs(tokenizer, token, log_prob) if body.logprobs else None
+            delta = {} if tools else {"content": text.push(item.token)}
+            logprobs = None
+            if body.logprobs:
+                scored = ScoredTokens([item.token], [item.log_prob], [item.top_logprobs])
+                logprobs = chat_logprobs(tokenizer, scored)
             yield chunk(
-                delta, None, logprobs=logprobs, token_ids=[token], weight_versions=[version]
+                delta,
+                None,
+                logprobs=logprobs,
+                token_ids=[item.token],
+                weight_versions=[item.weight_version],
             )
-
-
-def token_logprobs(tokenizer: object, token: int, log_prob: float) -> dict:
-    """A streamed token's ``logprobs`` in OpenAI's chat format (no top alternatives)."""
-    piece = tokenizer.decode([token])
-    entry = {"token": piece, "logprob": log_prob, "bytes": list(piece.encode())}
-    return {"content": [{**entry, "top_logprobs": []}]}

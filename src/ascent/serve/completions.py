@@ -8,9 +8,9 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from ascent.rollout.protocol import TokenOut
-from ascent.rollout.types import SamplingParams
+from ascent.rollout.scoring import TokenScores
 from ascent.serve import responses as r
-from ascent.serve.logprobs import completion_logprobs, scored_tokens
+from ascent.serve.logprobs import ScoredTokens, completion_logprobs, scored_tokens
 from ascent.serve.schema import CompletionRequest, RequestError, parse
 from ascent.serve.served import Served
 
@@ -34,55 +34,47 @@ class Completions:
                 raise RequestError("stream needs one prompt and n=1", "stream")
             stream = self.stream(body, prompts[0], sampling, sampling.stop)
             return StreamingResponse(stream, media_type="text/event-stream")
+        top = body.logprobs or 0
         if body.max_tokens == 0:  # echo scores the prompt alone
-            groups = [[TokenOut([], [], "length", [])] * body.n for _ in prompts]
+            groups = [[TokenOut([], [], "length", [], [])] * body.n for _ in prompts]
         else:
-            groups = await asyncio.gather(*(served.run(p, sampling) for p in prompts))
-        choices = await asyncio.gather(
-            *(
-                self.choice(i * body.n + j, body, prompts[i], texts[i], out, sampling)
-                for i, outs in enumerate(groups)
-                for j, out in enumerate(outs)
-            )
-        )
+            groups = await asyncio.gather(*(served.run(p, sampling, None, top) for p in prompts))
+        scores: list = [None] * len(prompts)
+        if body.scores_prompt:  # once per prompt, however many samples it has
+            scores = await asyncio.gather(*(served.score_prompt(p, top) for p in prompts))
+        choices = [
+            self.choice(i * body.n + j, body, prompts[i], texts[i], out, scores[i], sampling.stop)
+            for i, outs in enumerate(groups)
+            for j, out in enumerate(outs)
+        ]
         generated = sum(len(o.token_ids) for outs in groups for o in outs)
         return r.envelope(
             "text_completion",
             r.new_id("cmpl"),
             served.model_name,
-            list(choices),
+            choices,
             usage=r.usage(sum(map(len, prompts)), generated),
         )
 
-    async def choice(
+    def choice(
         self,
         index: int,
         body: CompletionRequest,
         prompt: list[int],
         text: str | None,
         out: TokenOut,
-        sampling: SamplingParams,
+        prompt_scores: TokenScores | None,
+        stop: list[str],
     ) -> dict:
-        """One choice; its log-probs scored when the prompt's or alternatives are asked for."""
-        tokenizer, logprobs = self.served.tokenizer, None
+        """One choice: the response (after the prompt's text when echoed), and its log-probs
+        (after the prompt's ``prompt_scores`` when echoed) when asked for."""
+        tokenizer, logprobs, echoed = self.served.tokenizer, None, None
         if body.logprobs is not None:
-            scores = None
-            if body.scores_prompt or body.logprobs > 0:
-                scores = await self.served.score(prompt, out, body.logprobs, sampling)
-            scored = scored_tokens(prompt, out, scores, body.echo)
-            logprobs = completion_logprobs(tokenizer, scored)
-        echoed = None
+            logprobs = completion_logprobs(tokenizer, scored_tokens(prompt, out, prompt_scores))
         if body.echo:
             echoed = text if text is not None else tokenizer.decode(prompt)
         return r.completion_choice(
-            index,
-            tokenizer,
-            prompt,
-            out,
-            sampling.stop,
-            body.skip_special_tokens,
-            logprobs,
-            echoed,
+            index, tokenizer, prompt, out, stop, body.skip_special_tokens, logprobs, echoed
         )
 
     async def stream(
@@ -92,12 +84,14 @@ class Completions:
         sampling: object,
         stop: list,
     ) -> AsyncIterator[str]:
-        """One chunk per token with the text that is final so far; the last chunk carries the
-        rest of the text and the finish reason."""
-        model_name = self.served.model_name
+        """One chunk per token with the text that is final so far (and the token's log-prob
+        and alternatives when asked for); the last chunk carries the rest of the text and the
+        finish reason."""
+        model_name, tokenizer = self.served.model_name, self.served.tokenizer
         request_id = r.new_id("cmpl")
-        text = r.TextStream(self.served.tokenizer, stop, body.skip_special_tokens)
-        async for item in self.served.token_items(prompt, sampling):
+        text = r.TextStream(tokenizer, stop, body.skip_special_tokens)
+        offset = 0  # characters of the tokens streamed so far (text_offset)
+        async for item in self.served.token_items(prompt, sampling, None, body.logprobs or 0):
             if isinstance(item, str):  # an error event
                 yield item
                 return
@@ -107,14 +101,18 @@ class Completions:
                 yield r.sse(r.envelope("text_completion", request_id, model_name, [choice]))
                 yield r.sse("[DONE]")
                 return
-            token, log_prob, version = item
+            logprobs = None
+            if body.logprobs is not None:
+                scored = ScoredTokens([item.token], [item.log_prob], [item.top_logprobs])
+                logprobs = completion_logprobs(tokenizer, scored, offset)
+                offset += len(logprobs["tokens"][0])
             choice = {
                 "index": 0,
-                "text": text.push(token),
+                "text": text.push(item.token),
                 "finish_reason": None,
-                "token_ids": [token],
-                "weight_versions": [version],
-                "logprobs": {"token_logprobs": [log_prob]} if body.logprobs is not None else None,
+                "token_ids": [item.token],
+                "weight_versions": [item.weight_version],
+                "logprobs": logprobs,
             }
             yield r.sse(r.envelope("text_completion", request_id, model_name, [choice]))
 

@@ -1,9 +1,10 @@
 """The ``logprobs`` of completion and chat choices, shaped as OpenAI's API and vLLM shape them.
 
-A generated token's log-prob is the one the engine sampled it with (``TokenOut.log_probs``,
-the trace training uses); its top alternatives, and every log-prob of an echoed prompt, come
-from one teacher-forced pass over prompt and response (``ascent.rollout.scoring``). The first
-prompt token has no context: its log-prob and alternatives are ``null``, as in vLLM.
+A generated token's log-prob and its top alternatives are the engine's, kept as it sampled
+the token (``TokenOut.log_probs`` and ``top_logprobs``): from the distribution it was drawn
+from, so the chosen token's entry and its log-prob agree. An echoed prompt's log-probs come
+from one teacher-forced pass over it (``ascent.rollout.scoring``); its first token has no
+context, so its log-prob and alternatives are ``null``, as in vLLM.
 
 Completions (``logprobs`` k): ``tokens``, ``token_logprobs``, ``top_logprobs`` (per token a
 dict from token text to log-prob holding the k most likely tokens and the chosen one, so up
@@ -29,26 +30,26 @@ class ScoredTokens:
 
 
 def scored_tokens(
-    prompt: list[int], out: TokenOut, scores: TokenScores | None, echo: bool
+    prompt: list[int], out: TokenOut, prompt_scores: TokenScores | None = None
 ) -> ScoredTokens:
-    """What a choice reports: ``scores`` (of prompt + response, or None when neither the
-    prompt nor alternatives were asked for) split at the prompt's end."""
-    start = len(prompt)
-    top = scores.top[start:] if scores is not None else [[] for _ in out.token_ids]
-    if not echo:
-        return ScoredTokens(list(out.token_ids), list(out.log_probs), top)
-    assert scores is not None, "an echoed prompt's log-probs come from scoring it"
+    """What a choice reports: the response's tokens with the log-probs and alternatives the
+    engine kept (none asked: empty lists), after the prompt's ``prompt_scores`` when the
+    prompt is echoed."""
+    top = out.top_logprobs if out.top_logprobs is not None else [[] for _ in out.token_ids]
+    if prompt_scores is None:
+        return ScoredTokens(list(out.token_ids), list(out.log_probs), list(top))
     return ScoredTokens(
         prompt + list(out.token_ids),
-        scores.log_probs[:start] + list(out.log_probs),
-        scores.top[:start] + top,
+        prompt_scores.log_probs + list(out.log_probs),
+        prompt_scores.top + list(top),
     )
 
 
-def completion_logprobs(tokenizer: object, scored: ScoredTokens) -> dict:
-    """The completions API's ``logprobs`` object of ``scored``."""
+def completion_logprobs(tokenizer: object, scored: ScoredTokens, offset: int = 0) -> dict:
+    """The completions API's ``logprobs`` object of ``scored``, whose text starts at
+    character ``offset`` of the choice's (a streamed chunk's tokens)."""
     strings = [tokenizer.decode([t]) for t in scored.ids]
-    offsets, position = [], 0
+    offsets, position = [], offset
     for text in strings:
         offsets.append(position)
         position += len(text)

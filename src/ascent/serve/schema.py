@@ -4,8 +4,9 @@ Fields the OpenAI API defines that change nothing here (``user``, ``stream_optio
 accepted and ignored; fields that would change the output and are not implemented
 (penalties, ``best_of``) are refused with a 400 naming them, so a client never silently gets
 something other than what it asked for. Log-probs as evaluation clients ask for them: top
-alternatives (``logprobs`` 0-20 for completions, ``top_logprobs`` 0-20 for chat) and ``echo``
-with the prompt's log-probs (``max_tokens`` 0 scores the prompt alone); not streamed.
+alternatives (``logprobs`` 0-20 for completions, ``top_logprobs`` 0-20 for chat; streamed too)
+and ``echo`` with the prompt's log-probs (``max_tokens`` 0 scores the prompt alone; not
+streamed).
 Extensions (as in vLLM): ``top_k``, ``stop_token_ids``, ``skip_special_tokens``,
 ``ignore_eos``; token ids are always returned.
 """
@@ -83,9 +84,8 @@ class CompletionRequest(_Common):
             raise RequestError("best_of is not supported by ascent serve", "best_of")
         if self.max_tokens == 0 and not self.echo:
             raise RequestError("max_tokens 0 generates nothing: set echo to score the prompt")
-        if self.stream and (self.echo or self.logprobs):
-            field = "echo" if self.echo else "logprobs"
-            raise RequestError(f"{field} is not supported with stream; leave stream out", field)
+        if self.stream and self.echo:
+            raise RequestError("echo is not supported with stream; leave stream out", "echo")
 
     @property
     def scores_prompt(self) -> bool:
@@ -106,10 +106,6 @@ class ChatRequest(_Common):
         super().unsupported()
         if self.top_logprobs is not None and not self.logprobs:
             raise RequestError("top_logprobs needs logprobs set to true", "top_logprobs")
-        if self.top_logprobs and self.stream:
-            raise RequestError(
-                "top_logprobs is not supported with stream; leave stream out", "top_logprobs"
-            )
         if isinstance(self.tool_choice, dict):
             raise RequestError("a forced tool_choice is not supported; use auto", "tool_choice")
 

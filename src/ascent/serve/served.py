@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from ascent.rollout.native_backend import NativeBackend
 from ascent.rollout.protocol import TokenOut
 from ascent.rollout.scoring import TokenScores
-from ascent.rollout.types import SamplingParams
 from ascent.serve import responses as r
 from ascent.serve.schema import ChatRequest, CompletionRequest, RequestError
 
@@ -57,32 +56,37 @@ class Served:
             raise RequestError(str(bad), field) from None
 
     async def run(
-        self, prompt: list[int], sampling: object, images: list[str] | None = None
+        self,
+        prompt: list[int],
+        sampling: object,
+        images: list[str] | None = None,
+        top_logprobs: int = 0,
     ) -> list[TokenOut]:
-        """The ``n`` completions of ``prompt`` (with its ``images``), within the request
-        timeout."""
+        """The ``n`` completions of ``prompt`` (with its ``images``; each token's
+        ``top_logprobs`` likeliest alternatives), within the request timeout."""
         return await asyncio.wait_for(
-            self.backend.generate_n(prompt, sampling, images=images or None),
+            self.backend.generate_n(
+                prompt, sampling, images=images or None, top_logprobs=top_logprobs
+            ),
             self.request_timeout_s,
         )
 
-    async def score(
-        self, prompt: list[int], out: TokenOut, top_k: int, sampling: SamplingParams
-    ) -> TokenScores:
-        """Teacher-forced log-probs of ``prompt`` + ``out``'s tokens with ``top_k``
-        alternatives; the response's under ``sampling``, within the request timeout."""
-        ids = prompt + list(out.token_ids)
-        return await asyncio.wait_for(
-            self.backend.score(ids, top_k, sampling, len(prompt)), self.request_timeout_s
-        )
+    async def score_prompt(self, prompt: list[int], top_k: int) -> TokenScores:
+        """Teacher-forced log-probs of ``prompt`` with ``top_k`` alternatives per position
+        (what ``echo`` reports), within the request timeout."""
+        return await asyncio.wait_for(self.backend.score(prompt, top_k), self.request_timeout_s)
 
     async def token_items(
-        self, prompt: list[int], sampling: object, images: list[str] | None = None
+        self,
+        prompt: list[int],
+        sampling: object,
+        images: list[str] | None = None,
+        top_logprobs: int = 0,
     ) -> AsyncIterator[object]:
         """The backend's stream, each item within the request timeout; a client that
         disconnects closes it, which aborts the request. An engine failure ends the stream
         with an error event (the status line has gone out already)."""
-        items = self.backend.stream(prompt, sampling, images)
+        items = self.backend.stream(prompt, sampling, images, top_logprobs)
         try:
             while True:
                 try:

@@ -64,7 +64,7 @@ $(REAL_STAMP): $(STAMP)
 
 real-model: $(REAL_STAMP)
 
-# The default suite, about 13 minutes on 2 cores: everything but the tests marked slow.
+# The default suite, about 10 minutes on 2 cores: everything but the tests marked slow.
 test: $(STAMP) $(REAL_STAMP) lint docs browser
 	$(BIN)/python -m pytest -m "not gpu and not slow" $(PYTEST_ARGS)
 

@@ -220,14 +220,7 @@ class NativeEngine:
                 f"{where} has {len(prompt)} tokens; it needs 1 to "
                 f"{self.max_model_len - 1} (max_model_len)"
             )
-        if not 0 <= min(prompt) <= max(prompt) < self.vocab_size:
-            position, bad = next(
-                (i, t) for i, t in enumerate(prompt) if not 0 <= t < self.vocab_size
-            )
-            raise ValueError(
-                f"{where} has token id {bad} at position {position}; token ids must be in "
-                f"[0, {self.vocab_size}) (the model's vocabulary size)"
-            )
+        self._check_ids(prompt, where)
         if sampling.stop and self.tokenizer is None:
             raise ValueError("stop strings need the engine to have a tokenizer")
 
@@ -241,9 +234,18 @@ class NativeEngine:
                 f"the scored text has {len(ids)} tokens; it needs 1 to "
                 f"{self.max_model_len} (max_model_len)"
             )
-        if not 0 <= min(ids) <= max(ids) < self.vocab_size:
-            raise ValueError(f"the scored text has token ids outside [0, {self.vocab_size})")
+        self._check_ids(ids, "the scored text")
         return score_tokens(self.runner, ids, top_k)
+
+    def _check_ids(self, ids: list[int], where: str) -> None:
+        """ValueError naming ``where`` and the position of a token id outside the
+        vocabulary."""
+        if not 0 <= min(ids) <= max(ids) < self.vocab_size:
+            position, bad = next((i, t) for i, t in enumerate(ids) if not 0 <= t < self.vocab_size)
+            raise ValueError(
+                f"{where} has token id {bad} at position {position}; token ids must be in "
+                f"[0, {self.vocab_size}) (the model's vocabulary size)"
+            )
 
     def seeded_generator(self, sampling: SamplingParams) -> torch.Generator | None:
         """A random stream of its own for a seeded, sampled request; None: the engine's."""

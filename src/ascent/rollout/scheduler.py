@@ -33,7 +33,7 @@ from ascent.rollout.admission import Admission
 from ascent.rollout.kv_blocks import block_hash
 from ascent.rollout.kv_cache import PagedKVCache
 from ascent.rollout.requests import EngineRequest
-from ascent.rollout.sampling import Alternatives, distribution, sample, top_alternatives
+from ascent.rollout.sampling import distribution, sample, top_alternatives
 from ascent.rollout.sequence import PrefillJob, Running
 from ascent.rollout.types import Sample
 
@@ -239,34 +239,24 @@ class Scheduler:
             tokens[index], log_probs[index] = sample(logits[index], first.params, uniform[index])
         return tokens, log_probs
 
-    def _alternatives(self, rows: list[int], logits: Tensor) -> list[Alternatives]:
-        """Per row, the top alternatives its request asks for (empty for most: no cost),
-        from the distribution it samples from."""
-        found: list[Alternatives] = [[] for _ in rows]
-        for position, index in enumerate(rows):
-            request = self.rows[index].request
-            if request.top_logprobs:
-                scores = distribution(logits[position : position + 1], request.params)
-                found[position] = top_alternatives(scores, request.top_logprobs)[0]
-        return found
-
     def _record(self, rows: list[int], logits: Tensor) -> None:
         """Sample a token for ``rows`` from ``logits``, store it, retire finished rows."""
         tokens, log_probs = self._sample(rows, logits)
         token_list, log_prob_list = tokens.tolist(), log_probs.tolist()
-        alternatives = self._alternatives(rows, logits)
         version = self.weight_version
         finished: dict[int, str] = {}
-        for index, token, log_prob, others in zip(
-            rows, token_list, log_prob_list, alternatives, strict=True
+        for position, (index, token, log_prob) in enumerate(
+            zip(rows, token_list, log_prob_list, strict=True)
         ):
             row = self.rows[index]
             row.tokens.append(token)
             row.log_probs.append(log_prob)
             row.versions.append(version)
-            if row.request.top_logprobs:
+            params, others = row.request.params, []
+            if row.request.top_logprobs:  # only the rows that ask pay for a top-k
+                scores = distribution(logits[position : position + 1], params)
+                others = top_alternatives(scores, row.request.top_logprobs)[0]
                 row.alternatives.append(others)
-            params = row.request.params
             if row.request.on_token is not None:
                 row.request.on_token(row.sample_index, token, log_prob, version, others)
             if token in params.stop_token_ids:

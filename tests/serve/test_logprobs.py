@@ -13,6 +13,7 @@ from ascent.rollout import NativeEngine, SamplingParams
 from ascent.rollout.requests import EngineRequest
 from ascent.rollout.sampling import distribution
 from ascent.rollout.scoring import score_tokens
+from ascent.serve.schema import CompletionRequest, RequestError
 
 IDS = [5, 17, 33, 70, 71, 100, 3, 9, 40, 41, 42]
 
@@ -192,3 +193,10 @@ def test_streamed_tokens_carry_their_alternatives(client):
     assert len(entries) == 4
     for entry in entries:
         assert len(entry.top_logprobs) == 3 and entry.top_logprobs[0].token == entry.token
+
+
+def test_max_tokens_zero_without_echo_is_refused_naming_the_field():
+    with pytest.raises(RequestError, match="set echo to score the prompt") as refused:
+        CompletionRequest(model="tiny", prompt="x", max_tokens=0).unsupported()
+    assert refused.value.param == "max_tokens"
+    CompletionRequest(model="tiny", prompt="x", max_tokens=0, echo=True).unsupported()

@@ -83,7 +83,9 @@ class CompletionRequest(_Common):
         if self.best_of not in (None, self.n):
             raise RequestError("best_of is not supported by ascent serve", "best_of")
         if self.max_tokens == 0 and not self.echo:
-            raise RequestError("max_tokens 0 generates nothing: set echo to score the prompt")
+            raise RequestError(
+                "max_tokens 0 generates nothing: set echo to score the prompt", "max_tokens"
+            )
         if self.stream and self.echo:
             raise RequestError("echo is not supported with stream; leave stream out", "echo")
 

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from ascent.models import load_causal_lm
+from ascent.models.families.feed_forward import Experts, GatedMLP, SharedExperts
+from ascent.models.families.qwen_moe import feed_forward
 from ascent.rollout import NativeEngine, SamplingParams
-from ascent.rollout.mlp import Experts, GatedMLP, SharedExperts, mlp_of
 from ascent.workers import ActorWorker
 from ascent.workers.rollout_samples import SampleRollouts
 from tests.rollout.test_native_engine import hf_greedy
@@ -22,15 +23,17 @@ PROMPTS = [[5, 17, 33, 70, 71, 80, 90, 100], [100, 3, 9], list(range(40, 75)), [
 
 def test_expert_dispatch_equals_the_transformers_block(tiny_moe):
     model = load_causal_lm(tiny_moe).eval()
-    kinds = [type(mlp_of(layer)) for layer in model.model.layers]
+    kinds = [type(feed_forward(layer, model.config)) for layer in model.model.layers]
     assert kinds == [Experts, GatedMLP, Experts]
     x = torch.randn(3, 11, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
     for index in (0, 2):
-        block = model.model.layers[index].mlp
+        block, ours = (
+            model.model.layers[index].mlp,
+            feed_forward(model.model.layers[index], model.config),
+        )
         with torch.no_grad():
-            ours, theirs = mlp_of(model.model.layers[index])(x), block(x)
-        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
-        weights, experts = mlp_of(model.model.layers[index]).route(x.reshape(-1, x.shape[-1]))
+            torch.testing.assert_close(ours(x), block(x), atol=1e-6, rtol=0)
+        weights, experts = ours.route(x.reshape(-1, x.shape[-1]))
         assert experts.unique().numel() == 4  # every expert gets tokens: dispatch is tested
         torch.testing.assert_close(weights.sum(-1), torch.ones(33))
 
@@ -40,10 +43,10 @@ def test_a_shared_expert_block_equals_the_transformers_block(tiny_qwen2_moe):
     model = load_causal_lm(tiny_qwen2_moe).eval()
     x = torch.randn(2, 9, model.config.hidden_size, generator=torch.Generator().manual_seed(1))
     for layer in model.model.layers:
-        feed_forward = mlp_of(layer)
-        assert isinstance(feed_forward, SharedExperts)
+        block = feed_forward(layer, model.config)
+        assert isinstance(block, SharedExperts)
         with torch.no_grad():
-            torch.testing.assert_close(feed_forward(x), layer.mlp(x), atol=1e-6, rtol=0)
+            torch.testing.assert_close(block(x), layer.mlp(x), atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize(

@@ -192,7 +192,8 @@ def test_bad_requests_are_explained(tiny_model):
         engine.generate([[1, 2]], SamplingParams(stop=["x"]))
     from transformers import GPT2Config
 
-    with pytest.raises(ValueError, match="supports"):
+    engines = "rollout.engine=transformers or vllm"
+    with pytest.raises(ValueError, match=f"no model family for model_type 'gpt2' .*{engines}"):
         NativeEngine(causal_lm_from_config(GPT2Config(n_layer=1, n_embd=32, n_head=2)))
 
 

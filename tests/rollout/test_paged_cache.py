@@ -153,31 +153,62 @@ def test_a_preempted_sequence_that_is_aborted_returns_its_tokens(model):
 
 
 @pytest.mark.parametrize(
-    "heads,kv_heads,dim,threads", [(4, 2, 16, 1), (9, 3, 64, 2), (8, 8, 32, 1)]
+    "heads,kv_heads,dim,value_dim,window,threads",
+    [
+        (4, 2, 16, 16, None, 1),
+        (9, 3, 64, 64, None, 2),
+        (8, 8, 32, 32, None, 1),
+        (4, 2, 32, 32, 20, 2),  # a sliding window: the chunk starts past its first blocks
+        (4, 1, 48, 32, None, 1),  # latent attention: keys (latent + rope) wider than values
+        (4, 1, 48, 32, 7, 2),
+    ],
 )
-def test_the_cpu_attention_kernel_equals_gathered_attention(heads, kv_heads, dim, threads):
+def test_the_cpu_attention_kernel_equals_gathered_attention(
+    heads, kv_heads, dim, value_dim, window, threads
+):
     from ascent.rollout import kernels, paged_attention
 
     assert kernels.library() is not None, "a C compiler is part of the test machine"
     g = torch.Generator().manual_seed(0)
     block_size, blocks, batch = 16, 40, 5
     k_pool = torch.randn(blocks, kv_heads, dim, block_size, generator=g)
-    v_pool = torch.randn(blocks, kv_heads, block_size, dim, generator=g)
+    v_pool = torch.randn(blocks, kv_heads, block_size, value_dim, generator=g)
     tables = torch.randperm(blocks, generator=g)[: batch * 6].view(batch, 6)
     decode = torch.tensor([0, 15, 16, 57, 95])[:, None]  # block edges; the whole table
     # A prefill of 40 tokens after 0-50 cached ones (two chunks of queries in the kernel).
     prefill = torch.tensor([0, 5, 16, 40, 50])[:, None] + torch.arange(40)
+    scale = 0.3 if window else None  # a family's own scale, or 1/sqrt(dim)
     for positions in (decode, prefill):
         q = torch.randn(batch, heads, positions.shape[1], dim, generator=g)
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            got = kernels.paged_attention(q, k_pool, v_pool, tables, positions)
+            got = kernels.paged_attention(
+                q, k_pool, v_pool, tables, positions, scale=scale, window=window
+            )
         finally:
             torch.set_num_threads(before)
-        expected = paged_attention.attend_gathered(q, k_pool, v_pool, tables, positions)
+        expected = paged_attention.attend_gathered(
+            q, k_pool, v_pool, tables, positions, scale=scale, window=window
+        )
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     assert kernels.paged_attention(q.double(), k_pool, v_pool, tables, positions) is None
+
+
+def test_gathered_attention_with_a_window_equals_attention_over_the_last_keys():
+    """The window's mask, checked against attention over exactly the keys it keeps."""
+    from ascent.rollout import paged_attention
+
+    g = torch.Generator().manual_seed(1)
+    k_pool = torch.randn(4, 1, 16, 16, generator=g)
+    v_pool = torch.randn(4, 1, 16, 16, generator=g)
+    tables = torch.tensor([[2, 0, 3]])
+    q = torch.randn(1, 2, 1, 16, generator=g)
+    got = paged_attention.attend_gathered(q, k_pool, v_pool, tables, torch.tensor([[40]]), window=5)
+    keys = paged_attention.gather(k_pool, tables, transposed=True)[:, :, 36:41]
+    values = paged_attention.gather(v_pool, tables)[:, :, 36:41]
+    expected = torch.softmax(q @ keys.transpose(-1, -2) / 4, dim=-1) @ values
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)
 
 
 def test_the_kernel_declines_shapes_its_register_tiles_do_not_take():

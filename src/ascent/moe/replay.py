@@ -35,15 +35,31 @@ def laid_out_routes(routes: Tensor, lay_out: object) -> list[Tensor]:
     return list(per_layer.flatten(2).permute(0, 2, 1))
 
 
+# (router module, router logits (N, E), experts to use (N, k)) -> their weights (N, k)
+RouterWeights = Callable[[nn.Module, Tensor, Tensor], Tensor]
+
+
+def softmax_weights(router: nn.Module, logits: Tensor, experts: Tensor) -> Tensor:
+    """The module docstring's weights (Qwen-MoE's routers): the experts' softmax
+    probabilities (float32), renormalised over the k when the router normalises its top-k,
+    in the logits' dtype."""
+    weights = torch.softmax(logits, dim=-1, dtype=torch.float).gather(1, experts)
+    if getattr(router, "norm_topk_prob", False):
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights.to(logits.dtype)
+
+
 @dataclass
 class RouterReplay:
     """``with RouterReplay(routers, routes):`` every router's output takes the experts of
     ``routes`` (one (tokens, k) per sparse layer, in order) where recorded, with the
-    weights of the module docstring; ``natural`` keeps what the routers chose themselves.
-    ``routes=None`` replays nothing (and records nothing)."""
+    weights ``weights_of`` gives them (the module docstring's, unless the model's family
+    routes otherwise: ``TrainingHooks.router_weights``); ``natural`` keeps what the routers
+    chose themselves. ``routes=None`` replays nothing (and records nothing)."""
 
     routers: list[nn.Module]
     routes: list[Tensor] | None
+    weights_of: RouterWeights = softmax_weights
     natural: list[Tensor] = field(default_factory=list)
 
     def __enter__(self) -> "RouterReplay":
@@ -69,11 +85,7 @@ class RouterReplay:
             self.natural[slot] = chosen
             recorded = (replayed >= 0).all(dim=-1, keepdim=True)
             experts = torch.where(recorded, replayed, chosen)
-            probs = torch.softmax(logits, dim=-1, dtype=torch.float)
-            weights = probs.gather(1, experts)
-            if getattr(router, "norm_topk_prob", False):
-                weights = weights / weights.sum(dim=-1, keepdim=True)
-            return logits, weights.to(logits.dtype), experts
+            return logits, self.weights_of(router, logits, experts), experts
 
         return hook
 

@@ -138,7 +138,7 @@ class Admission:
             slots=torch.tensor(slots, dtype=torch.long, device=device),
             tables=cache.table_tensor([p.table for p in planned]),
             fresh=all(p.start == 0 for p in planned),
-            visions=tuple(p.job.request.vision for p in planned),
+            prompts=tuple(p.job.request.prepared for p in planned),
         )
 
     def _alone(

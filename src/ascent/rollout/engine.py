@@ -27,8 +27,6 @@ from ascent.rollout.requests import EngineRequest
 from ascent.rollout.scheduler import Scheduler
 from ascent.rollout.scoring import TokenScores, score_tokens
 from ascent.rollout.types import Sample, SamplingParams
-from ascent.rollout.vision import VisionPrefill
-from ascent.vision.prompts import is_vision_language
 
 
 def load_generation_model(settings: EngineSettings, device: torch.device) -> nn.Module:
@@ -43,7 +41,8 @@ def load_generation_model(settings: EngineSettings, device: torch.device) -> nn.
 
 
 class NativeEngine:
-    """Generates from a Llama-family transformers ``model`` (whose tensors it reads in place).
+    """Generates from a transformers ``model`` of a native family (``ascent.models.families``;
+    its tensors are read in place).
     ``NativeEngine.load`` builds one from ``EngineSettings``; the arguments here are theirs.
 
     max_num_seqs: sequences decoded at once.
@@ -75,39 +74,26 @@ class NativeEngine:
         self.model = model.eval().requires_grad_(False)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.vision = None
-        if is_vision_language(model.config):
-            if model_dir is None:
-                raise ValueError("a vision-language model needs model_dir (its image processor)")
-            self.vision = VisionPrefill(model, model_dir)
-        self.runner = DecoderRunner(model, max_model_len, self.vision)
+        self.runner = DecoderRunner(model, model_dir)
         self.vocab_size = model.get_input_embeddings().num_embeddings  # valid ids: [0, this)
         self.max_model_len = max_model_len
         self.max_prefill_tokens = max_prefill_tokens
         self.tokenizer = tokenizer
+        shape = self.runner.cache_shape
         self.cache = PagedKVCache(
             layers=len(self.runner.layers),
-            kv_heads=self.runner.kv_heads,
-            head_dim=self.runner.head_dim,
+            kv_heads=shape.kv_heads,
+            key_dim=shape.key_dim,
+            value_dim=shape.value_dim,
             max_len=max_model_len,
             max_seqs=max_num_seqs,
             dtype=self.dtype,
             device=self.device,
             memory_bytes=kv_cache_bytes,
-            # a mixture of experts: each position's routes, kept as its keys are
-            routes=(len(self.runner.sparse_index), self.runner.top_k)
-            if self.runner.has_experts
-            else None,
+            records=self.runner.route_shape,  # each position's expert routes, if it routes
         )
         self.cuda_graphs = cuda_graphs  # asked for; used on CUDA only
-        # Captured steps have no per-row rotary shift (multimodal RoPE) and no token counts
-        # per expert that change from step to step (a mixture of experts): eager for both.
-        self.use_cuda_graphs = (
-            cuda_graphs
-            and self.device.type == "cuda"
-            and self.vision is None
-            and not self.runner.has_experts
-        )
+        self.use_cuda_graphs = cuda_graphs and self.device.type == "cuda" and self.runner.graphable
         self.graphs = None
         self.generator = torch.Generator(device=self.device)  # for requests without a seed
         self.generator.seed()
@@ -121,6 +107,12 @@ class NativeEngine:
             generator=self.generator,
             tokenizer=tokenizer,
         )
+
+    @property
+    def prompts(self) -> object:
+        """What the model's family makes of a prompt's inputs beyond its ids
+        (``ascent.models.families.spec.PromptInputs``)."""
+        return self.runner.prompts
 
     @property
     def weight_version(self) -> int:
@@ -227,14 +219,13 @@ class NativeEngine:
     def score(self, ids: list[int], top_k: int) -> TokenScores:
         """Teacher-forced log-probs of ``ids`` and the ``top_k`` alternatives at each position
         (``ascent.rollout.scoring``); call it between steps (the backend's step thread)."""
-        if self.vision is not None:
-            raise ValueError("scoring a vision-language model's tokens is not supported")
         if not 0 < len(ids) <= self.max_model_len:
             raise ValueError(
                 f"the scored text has {len(ids)} tokens; it needs 1 to "
                 f"{self.max_model_len} (max_model_len)"
             )
         self._check_ids(ids, "the scored text")
+        self.runner.prompts.prepare(ids, (), "the scored text")  # text only: no image tokens
         return score_tokens(self.runner, ids, top_k)
 
     def _check_ids(self, ids: list[int], where: str) -> None:
@@ -261,15 +252,9 @@ class NativeEngine:
         self._queue(request)
 
     def prepare_images(self, request: EngineRequest, where: str) -> None:
-        """Prepare the request's images (``ascent.rollout.vision``); ValueError naming
-        ``where`` for images the model cannot take."""
-        if not request.images:
-            return
-        if self.vision is None:
-            raise ValueError(
-                f"{where} has images but {type(self.model).__name__} is not a vision-language model"
-            )
-        request.vision = self.vision.prepare(request.prompt, list(request.images), where)
+        """Prepare what the request's prompt brings beyond its ids (its images), as the
+        model's family does; ValueError naming ``where`` for inputs the model cannot take."""
+        request.prepared = self.runner.prompts.prepare(request.prompt, request.images, where)
 
     def _queue(self, request: EngineRequest) -> None:
         self.cache.wake()

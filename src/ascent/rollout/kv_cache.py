@@ -1,7 +1,10 @@
 """The paged KV cache: keys and values in fixed-size blocks, memory grown as tokens arrive.
 
-v is (layers, blocks, kv_heads, block_size, head_dim); k is (layers, blocks, kv_heads,
-head_dim, block_size): each block's keys transposed, as the CPU attention kernel reads them.
+v is (layers, blocks, kv_heads, block_size, value_dim); k is (layers, blocks, kv_heads,
+key_dim, block_size): each block's keys transposed, as the CPU attention kernel reads them.
+What a position caches is its family's (``CacheShape``): kv_heads keys and values of one
+head dimension, or for latent attention one "head" of a compressed key wider than its
+value.
 Block 0 is scratch: padded table entries point at it and padded rows of a captured decode
 step write into it, so it is never handed to a sequence. Blocks 1.. are
 ``BlockAllocator``'s (free, held, or cached).
@@ -19,11 +22,9 @@ Memory, two ways:
 
 ``sleep`` frees it all (training gets the memory back) and forgets the cached prefixes.
 
-For a mixture of experts (``routes=(S, k)``: S sparse layers, k experts per token), the
-cache also keeps each position's routing, ``route_table`` (S, blocks, block_size, k) int16,
--1 where none was written: written where and when the position's keys are (so a cached
-prefix, a copied block or a resumed sequence carries the routes that made its keys), and
-read back for a whole sequence by ``routes_of``. That is what router replay trains with.
+Beside its keys, each position may keep integer records (``records=(S, k)``: a mixture of
+experts' routes, ``ascent.rollout.position_records``), written and read through
+``records``, which follow the blocks.
 """
 
 import math
@@ -32,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ascent.rollout.kv_blocks import BlockAllocator
+from ascent.rollout.position_records import PositionRecords
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -42,21 +44,22 @@ class PagedKVCache:
         *,
         layers: int,
         kv_heads: int,
-        head_dim: int,
+        key_dim: int,
+        value_dim: int,
         max_len: int,
         max_seqs: int,
         dtype: torch.dtype,
         device: torch.device,
         memory_bytes: int | None = None,
         block_size: int = DEFAULT_BLOCK_SIZE,
-        routes: tuple[int, int] | None = None,
+        records: tuple[int, int] | None = None,
     ) -> None:
-        self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
-        self.routes = routes
-        self.route_table: Tensor | None = None
+        self.layers, self.kv_heads = layers, kv_heads
+        self.key_dim, self.value_dim = key_dim, value_dim
+        self.records = PositionRecords(records, block_size, device)
         self.block_size, self.max_len, self.max_seqs = block_size, max_len, max_seqs
         self.dtype, self.device = dtype, device
-        self.token_bytes = 2 * layers * kv_heads * head_dim * dtype.itemsize
+        self.token_bytes = layers * kv_heads * (key_dim + value_dim) * dtype.itemsize
         self.block_bytes = self.token_bytes * block_size
         self.blocks_per_seq = math.ceil(max_len / block_size)
         needed = self.blocks_per_seq + 1  # one whole sequence, and its next block
@@ -87,7 +90,8 @@ class PagedKVCache:
 
     def sleep(self) -> None:
         """Free the cache memory and its cached prefixes (``wake`` starts empty)."""
-        self.k = self.v = self.route_table = None
+        self.k = self.v = None
+        self.records.free()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -112,8 +116,8 @@ class PagedKVCache:
 
     def _resize(self, total: int) -> None:
         """Hold ``total`` blocks (scratch included), keeping what the old ones hold."""
-        shape = (self.layers, total, self.kv_heads, self.block_size, self.head_dim)
-        key_shape = (*shape[:3], self.head_dim, self.block_size)
+        shape = (self.layers, total, self.kv_heads, self.block_size, self.value_dim)
+        key_shape = (*shape[:3], self.key_dim, self.block_size)
         # One pass over the new memory: the old blocks copied, only the new ones zeroed
         # (zeroing all, then copying, touched every old block twice: 3% of a decode step
         # at 8 sequences on SmolLM2). Zeroed, never garbage: gathered attention multiplies
@@ -127,14 +131,7 @@ class PagedKVCache:
         k[:, kept:] = 0
         v[:, kept:] = 0
         self.k, self.v = k, v
-        if self.routes is not None:
-            sparse, top_k = self.routes
-            table = torch.full(
-                (sparse, total, self.block_size, top_k), -1, dtype=torch.int16, device=self.device
-            )
-            if kept:
-                table[:, :kept] = self.route_table
-            self.route_table = table
+        self.records.resize(total, kept)
         if self.blocks.capacity == 0:
             self.blocks.grow(total)
             self.blocks.free.remove(0)  # scratch
@@ -161,21 +158,14 @@ class PagedKVCache:
         """Copy-on-write: ``target`` gets ``source``'s keys and values (every layer)."""
         self.k[:, target] = self.k[:, source]
         self.v[:, target] = self.v[:, source]
-        if self.route_table is not None:
-            self.route_table[:, target] = self.route_table[:, source]
+        self.records.copy_block(source, target)
 
-    def write_routes(self, sparse_layer: int, slots: Tensor, experts: Tensor) -> None:
-        """Sparse layer ``sparse_layer`` sent the tokens at flat cache rows ``slots`` (N,)
-        to ``experts`` (N, k)."""
-        rows = self.route_table[sparse_layer].view(-1, self.routes[1])
-        rows[slots] = experts.to(torch.int16)
-
-    def routes_of(self, table: list[int], length: int) -> Tensor:
-        """(length, S, k) int16: the routes of positions [0, length) of the sequence whose
-        blocks are ``table``."""
-        slots = torch.tensor(self.slots(table, 0, length), dtype=torch.long, device=self.device)
-        flat = self.route_table.view(self.routes[0], -1, self.routes[1])
-        return flat[:, slots].transpose(0, 1).cpu()
+    def records_of(self, table: list[int], length: int) -> Tensor | None:
+        """(length, S, k): the records of positions [0, length) of the sequence whose blocks
+        are ``table`` (None: the model records nothing, or the cache sleeps)."""
+        if self.k is None:
+            return None
+        return self.records.read(self.slots(table, 0, length))
 
     def slot(self, table: list[int], position: int) -> int:
         """The flat cache row (block * block_size + offset) of ``position`` in ``table``."""

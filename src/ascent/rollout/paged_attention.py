@@ -1,15 +1,16 @@
 """Attention of new tokens over a paged KV cache, and the writes that put them there.
 
-Shapes: one layer's ``v_pool`` is (blocks, kv_heads, block_size, D) and ``k_pool``
-(blocks, kv_heads, D, block_size): a block's keys for one head are stored transposed, so
-that a query's scores against them are block-wide vector operations; a block
-table (B, nb) lists each row's blocks in order (padded with the scratch block 0); queries q
-are (B, heads, T, D) at absolute positions ``positions`` (B, T). Query t of row b attends to
-the keys at positions 0..positions[b, t] of its row (its own included: written first).
+Shapes: one layer's ``v_pool`` is (blocks, kv_heads, block_size, Dv) and ``k_pool``
+(blocks, kv_heads, Dk, block_size) (Dk = Dv but for latent attention): a block's keys for
+one head are stored transposed, so that a query's scores against them are block-wide
+vector operations; a block table (B, nb) lists each row's blocks in order (padded with the
+scratch block 0); queries q are (B, heads, T, Dk) at absolute positions ``positions`` (B, T). Query t of row b attends to
+the keys at positions 0..positions[b, t] of its row (its own included: written first), or in
+a sliding-window layer of W only to those after positions[b, t] - W.
 
 ``attend`` runs float32 on a CPU through the C kernel that reads the blocks in place
 (``ascent.rollout.kernels``); otherwise it gathers each row's blocks into
-a (B, kv_heads, nb * block_size, D) tensor and runs SDPA with that causal mask. Either way
+a (B, kv_heads, nb * block_size, D) tensor and runs SDPA with that mask. Either way
 the work follows the blocks a row holds, not ``max_model_len``; grouped-query heads share
 their KV head (``enable_gqa``).
 """
@@ -66,22 +67,50 @@ def gather(pool: Tensor, tables: Tensor, *, transposed: bool = False) -> Tensor:
     return picked.transpose(1, 2).reshape(rows, kv_heads, width * size, dim)
 
 
-def attend(q: Tensor, k_pool: Tensor, v_pool: Tensor, batch: PagedBatch) -> Tensor:
-    """(B, heads, T, D): softmax(q k^T / sqrt(D)) v over each row's positions <= the query's.
+def attend(
+    q: Tensor,
+    k_pool: Tensor,
+    v_pool: Tensor,
+    batch: PagedBatch,
+    *,
+    scale: float | None = None,
+    window: int | None = None,
+) -> Tensor:
+    """(B, heads, T, Dv): softmax(scale * q k^T) v over each row's positions <= the query's
+    (and, with a sliding ``window``, > the query's - window); scale defaults to 1/sqrt(Dk).
 
     T > 1 is a prefill after cached context (an agent's next turn).
     """
-    out = kernels.paged_attention(q, k_pool, v_pool, batch.tables, batch.positions)
+    tables, positions = batch.tables, batch.positions
+    out = kernels.paged_attention(q, k_pool, v_pool, tables, positions, scale=scale, window=window)
     if out is not None:
         return out
-    return attend_gathered(q, k_pool, v_pool, batch.tables, batch.positions)
+    return attend_gathered(q, k_pool, v_pool, tables, positions, scale=scale, window=window)
+
+
+def visible(key_positions: Tensor, positions: Tensor, window: int | None) -> Tensor:
+    """(..., T, L) True where key position l is seen by the query at ``positions`` (..., T):
+    l <= position, and l > position - window with a sliding window (transformers' mask)."""
+    seen = key_positions <= positions[..., None]
+    if window:
+        seen &= key_positions > positions[..., None] - window
+    return seen
 
 
 def attend_gathered(
-    q: Tensor, k_pool: Tensor, v_pool: Tensor, tables: Tensor, positions: Tensor
+    q: Tensor,
+    k_pool: Tensor,
+    v_pool: Tensor,
+    tables: Tensor,
+    positions: Tensor,
+    *,
+    scale: float | None = None,
+    window: int | None = None,
 ) -> Tensor:
     """``attend`` through gathered blocks and SDPA (any device and dtype)."""
     keys, values = gather(k_pool, tables, transposed=True), gather(v_pool, tables)
     key_positions = torch.arange(keys.shape[2], device=q.device)
-    mask = key_positions <= positions[:, :, None]  # (B, T, L)
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask[:, None], enable_gqa=True)
+    mask = visible(key_positions, positions, window)  # (B, T, L)
+    return F.scaled_dot_product_attention(
+        q, keys, values, attn_mask=mask[:, None], scale=scale, enable_gqa=True
+    )

@@ -3,10 +3,10 @@ results go."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
+from ascent.models.families.spec import TEXT_PROMPT, PreparedPrompt
 from ascent.rollout.types import Sample, SamplingParams
 
 # Called on the engine's thread: (sample_index, new token id, its log-prob, weight version,
@@ -25,7 +25,8 @@ class EngineRequest:
         results reproducible. None: the engine's own stream.
     index: the ``prompt_index`` written into this request's samples.
     images: data URLs of the prompt's images, in the order of its image tokens (a
-        vision-language model); ``vision`` is what the engine prepared from them.
+        vision-language model); ``prepared`` is what the model's family made of the prompt
+        (``PreparedPrompt``: its rotary shift and what tells its cached prefix apart).
     top_logprobs: also keep, for every sampled token, the k most likely tokens of the
         distribution it was sampled from (``Sample.top_logprobs``; ``ascent serve``'s
         ``logprobs`` / ``top_logprobs``); 0: none, and no cost.
@@ -39,17 +40,16 @@ class EngineRequest:
     index: int = 0
     images: tuple[str, ...] = ()
     top_logprobs: int = 0
-    vision: Any = field(default=None, init=False)
+    prepared: PreparedPrompt = field(default=TEXT_PROMPT, init=False)
     aborted: bool = field(default=False, init=False)
     error: BaseException | None = field(default=None, init=False)  # why the engine failed it
 
     @property
     def rope_shift(self) -> int:
-        """How far its generated tokens' rotary positions are from their token indices
-        (multimodal RoPE; 0 for text)."""
-        return 0 if self.vision is None else self.vision.delta
+        """How far its generated tokens' rotary positions are from their token indices."""
+        return self.prepared.rope_shift
 
     @property
     def prefix_salt(self) -> int | None:
-        """What tells its cached prefix apart beyond the token ids: its images."""
-        return hash(self.images) if self.images else None
+        """What tells its cached prefix apart beyond the token ids."""
+        return self.prepared.prefix_salt

@@ -281,9 +281,7 @@ class Scheduler:
         return self._sample_of(row, reason)
 
     def _sample_of(self, row: Running, reason: str) -> Sample:
-        routes = None
-        if self.cache.routes is not None and row.blocks and self.cache.awake:
-            routes = self.cache.routes_of(row.blocks, row.cached)
+        records = self.cache.records_of(row.blocks, row.cached) if row.blocks else None
         return Sample(
             prompt_index=row.request.index,
             sample_index=row.sample_index,
@@ -292,13 +290,13 @@ class Scheduler:
             finish_reason=reason,
             weight_version=row.versions[-1] if row.versions else self.weight_version,
             weight_versions=row.versions,
-            routed_experts=routes,
+            routed_experts=records,
             top_logprobs=row.alternatives if row.request.top_logprobs else None,
         )
 
     def _retire(self, index: int, reason: str) -> None:
         row = self.rows.pop(index)
-        sample = self._sample_of(row, reason)  # before its blocks (and routes) go back
+        sample = self._sample_of(row, reason)  # before its blocks (and records) go back
         self._let_go(row)
         row.blocks = []
         row.request.on_sample(sample)

@@ -12,7 +12,7 @@ from typing import Any
 
 from ascent.serve.schema import RequestError
 from ascent.vision.images import BadImage, image_url
-from ascent.vision.prompts import IMAGE_PART_TYPES, expand_image_tokens, with_image_parts
+from ascent.vision.prompts import IMAGE_PART_TYPES, with_image_parts
 
 
 def request_images(messages: list[dict]) -> list[str]:
@@ -48,17 +48,12 @@ def _url_of(part: dict) -> Any:
 
 def with_image_tokens(engine: Any, messages: list[dict], urls: list[str], render: Any) -> list[int]:
     """The prompt's token ids: ``render(messages)`` with image parts in the template's form,
-    each image token repeated as often as its image takes (a 400 when the model is not a
-    vision-language model)."""
+    each image token repeated as often as its image takes (as the model's family does it:
+    a 400 when the model takes no images)."""
     if not urls:
         return render(messages)
-    vision = getattr(engine, "vision", None)
-    if vision is None:
-        raise RequestError("this model takes no images (not a vision-language model)", "messages")
     shown, _ = with_image_parts(messages)
-    ids = render(shown)
     try:  # the processor's own rules (an aspect ratio over 200), then the count of places
-        counts = vision.processor.token_counts(urls)
-        return expand_image_tokens(ids, vision.image_token_id, counts)
-    except BadImage as bad:
+        return engine.prompts.with_image_tokens(render(shown), urls)
+    except ValueError as bad:  # BadImage, or a model that takes no images
         raise RequestError(f"messages: {bad}", "messages") from None

@@ -24,10 +24,10 @@ from ascent.engine.packing import PackedSequences, pack_for_responses
 from ascent.engine.state import load_engine, save_engine
 from ascent.engine.token_budget import synchronized_micro_batches
 from ascent.engine.ulysses import SequenceShard, shard_sequence
+from ascent.models.families import family_of
 from ascent.models.loading import load_causal_lm
 from ascent.models.lora import apply_lora
-from ascent.vision.forward import VisionForwardInputs
-from ascent.vision.prompts import is_vision_language, vision_tower
+from ascent.vision.prompts import vision_tower
 from ascent.workers.config import MicroBatching
 from ascent.workers.metrics import MetricAccumulator
 
@@ -160,12 +160,11 @@ def load_policy_model(model_cfg: ModelConfig) -> nn.Module:
     )
 
 
-def extra_inputs_for(model: nn.Module, model_cfg: ModelConfig) -> VisionForwardInputs | None:
+def extra_inputs_for(model: nn.Module, model_cfg: ModelConfig) -> object | None:
     """What builds the model family's own forward inputs (see ``PolicyModule``): images for
     a vision-language model, nothing for a text model. Built before LoRA wraps the model."""
-    if not is_vision_language(model.config):
-        return None
-    return VisionForwardInputs(model, model_cfg.path)
+    build = family_of(model).training.extra_inputs
+    return None if build is None else build(model, model_cfg.path)
 
 
 def policy_module(model_cfg: ModelConfig, chunk_tokens: int) -> PolicyModule:

@@ -12,8 +12,10 @@ from torch import Tensor
 
 from ascent.batch import Batch
 from ascent.engine.fsdp import TrainEngine
+from ascent.engine.modules import unwrap
 from ascent.engine.packing import PackedSequences
 from ascent.engine.ulysses import SequenceShard
+from ascent.models.families import family_of
 from ascent.moe.replay import RouterReplay, laid_out_routes, routing_mismatch
 from ascent.moe.routing import RouterTape, routers_of, routing_terms
 from ascent.workers.common import sequence_shard
@@ -37,6 +39,8 @@ class PolicyRouting:
     def __init__(self, engine: TrainEngine, replay: bool, aux_loss_coef: float) -> None:
         self.engine, self.replay, self.aux_loss_coef = engine, replay, aux_loss_coef
         self.routers = routers_of(engine.module)  # found once; none for a dense model
+        # how a router weighs experts it is told to use: the model family's rule
+        self.router_weights = family_of(unwrap(engine.module.model)).training.router_weights
 
     def require_routes(self, batch: Batch, role: str) -> None:
         if self.replay and ROUTES not in batch:
@@ -59,7 +63,9 @@ class PolicyRouting:
                 rollout = [shard.padded(routes, -1) for routes in rollout]
         # Replay's hooks first: the tape records the experts the forward actually used.
         with (
-            RouterReplay(self.routers, replayed if self.replay else None) as replay,
+            RouterReplay(
+                self.routers, replayed if self.replay else None, self.router_weights
+            ) as replay,
             RouterTape(self.routers) as tape,
         ):
             yield RoutedPass(tape, replay, rollout, shard)

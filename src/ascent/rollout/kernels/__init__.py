@@ -67,7 +67,9 @@ def _build() -> ctypes.CDLL:
     library = ctypes.CDLL(str(target))
     function = library.paged_attention_f32
     function.restype = ctypes.c_int
-    function.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 7 + [ctypes.c_float, ctypes.c_int]
+    function.argtypes = (
+        [ctypes.c_void_p] * 6 + [ctypes.c_int] * 8 + [ctypes.c_float, ctypes.c_int64, ctypes.c_int]
+    )
     return library
 
 
@@ -90,19 +92,28 @@ def library() -> ctypes.CDLL | None:
 
 
 def paged_attention(
-    q: Tensor, k_pool: Tensor, v_pool: Tensor, tables: Tensor, positions: Tensor
+    q: Tensor,
+    k_pool: Tensor,
+    v_pool: Tensor,
+    tables: Tensor,
+    positions: Tensor,
+    *,
+    scale: float | None = None,
+    window: int | None = None,
 ) -> Tensor | None:
-    """Attention (B, heads, T, D) of q (B, heads, T, D) over each query's keys at positions
-    0..positions[b, t] (B, T), read through ``tables`` (B, nb) from the pools: keys
-    (blocks, kv_heads, D, block_size), values (blocks, kv_heads, block_size, D); None where
-    the kernel does not apply (not float32 CPU tensors, a block size or head dimension not a
-    multiple of 16 or blocks over 64, or no kernel). Every position must lie within its
-    row's table."""
+    """Attention (B, heads, T, Dv) of q (B, heads, T, Dk) over each query's keys at positions
+    0..positions[b, t] (B, T) (with a sliding ``window``: only the last ``window`` of them),
+    read through ``tables`` (B, nb) from the pools: keys (blocks, kv_heads, Dk, block_size),
+    values (blocks, kv_heads, block_size, Dv); scores scale * q . k (default 1/sqrt(Dk)).
+    None where the kernel does not apply (not float32 CPU tensors, a block size or head
+    dimension not a multiple of 16 or blocks over 64, or no kernel). Every position must lie
+    within its row's table."""
     tensors = (q, k_pool, v_pool)
     if q.device.type != "cpu" or any(t.dtype != torch.float32 for t in tensors):
         return None
-    _, kv_heads, block_size, dim = v_pool.shape
-    if block_size % TILE or dim % TILE or block_size > MAX_BLOCK:
+    _, kv_heads, block_size, value_dim = v_pool.shape
+    key_dim = k_pool.shape[2]
+    if block_size % TILE or key_dim % TILE or value_dim % TILE or block_size > MAX_BLOCK:
         return None  # the kernel's register tiles take whole lanes of 16
     kernel = library()
     if kernel is None:
@@ -111,7 +122,7 @@ def paged_attention(
     tables = tables.to(torch.int64).contiguous()
     positions = positions.to(torch.int64).contiguous()
     batch, heads, tokens, _ = q.shape
-    out = torch.empty_like(q)
+    out = q.new_empty(batch, heads, tokens, value_dim)
     status = kernel.paged_attention_f32(
         q.data_ptr(),
         k_pool.data_ptr(),
@@ -123,14 +134,18 @@ def paged_attention(
         tokens,
         heads,
         kv_heads,
-        dim,
+        key_dim,
+        value_dim,
         block_size,
         tables.shape[1],
-        dim**-0.5,
+        key_dim**-0.5 if scale is None else scale,
+        window or 0,
         torch.get_num_threads(),
     )
     if status == -2:  # the checks above make this unreachable; say so if they drift
-        raise RuntimeError(f"the CPU attention kernel refused block {block_size} x dim {dim}")
+        raise RuntimeError(
+            f"the CPU attention kernel refused block {block_size} x dims {key_dim}/{value_dim}"
+        )
     if status != 0:
         raise MemoryError("the CPU attention kernel could not allocate its score buffer")
     return out

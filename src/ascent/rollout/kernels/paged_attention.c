@@ -1,10 +1,11 @@
 // Attention of new tokens over a paged KV cache, float32.
 //
-// q (B, H, T, D): T query tokens per sequence; k_pool (blocks, KV, D, block_size): a block's
+// q (B, H, T, Dk): T query tokens per sequence; k_pool (blocks, KV, Dk, block_size): a block's
 // keys transposed, so that one query's scores against a block are block_size-wide vector
-// FMAs; v_pool (blocks, KV, block_size, D);
+// FMAs; v_pool (blocks, KV, block_size, Dv) (Dv may differ from Dk: latent attention);
 // tables (B, width) block ids; positions (B, T): each query's position, so it reads the keys
-// at positions 0..positions[b, t] where they lie (no gather); out (B, H, T, D). Query head h
+// at positions 0..positions[b, t] where they lie (no gather), or with a sliding window W > 0
+// only positions[b, t] - W < k <= positions[b, t]; out (B, H, T, Dv). Query head h
 // reads KV head h / (H / KV), as grouped-query attention does. Per (sequence, KV head) and
 // chunk of queries: the scores of its query heads over every key they see, their softmax
 // (max subtracted), then the weighted sum of the values. A key is read once per chunk, for
@@ -13,7 +14,8 @@
 // Both products are register-tiled: ROW_TILE score rows (query head x query token) share
 // each load of a key column or a value row, and their partial sums (LANE keys, or LANE
 // dimensions) stay in registers across the reduction. block_size and D are multiples of
-// LANE (the Python side checks; it gathers otherwise).
+// LANE (the Python side checks; it gathers otherwise). Scores are scale * q . k (the caller's
+// scale: 1/sqrt(Dk), or a family's own).
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -110,25 +112,40 @@ static void block_values(const float *const *weights, int n, const float *values
     }
 }
 
-// Queries t0..t0+count-1 of one (sequence, KV head): group heads each.
+// The first key query t may see: its window's start (window 0: none, every earlier key).
+static inline int64_t first_key(int64_t position, int64_t window) {
+    int64_t first = window > 0 ? position - window + 1 : 0;
+    return first > 0 ? first : 0;
+}
+
+// Queries t0..t0+count-1 of one (sequence, KV head): group heads each. The chunk reads the
+// blocks from the one holding its earliest visible key (``base``) to its furthest query;
+// score row r holds keys base..length-1.
 static void one_chunk(const float *q, const float *k_pool, const float *v_pool,
                       const int64_t *table, const int64_t *positions, int t0, int count,
-                      int tokens, int group, int kv_heads, int kv_head, int dim, int block_size,
-                      float scale, float *scores, float *out) {
-    const int64_t head_stride = (int64_t)block_size * dim;  // a block's keys of one head
-    const int64_t block_stride = head_stride * kv_heads;
-    int64_t length = 0;  // keys the chunk reads: up to its furthest query
-    for (int t = t0; t < t0 + count; t++)
+                      int tokens, int group, int kv_heads, int kv_head, int key_dim,
+                      int value_dim, int block_size, float scale, int64_t window,
+                      float *scores, float *out) {
+    const int64_t key_head_stride = (int64_t)block_size * key_dim;  // a block's keys, one head
+    const int64_t value_head_stride = (int64_t)block_size * value_dim;
+    int64_t length = 0, base = INT64_MAX;  // keys the chunk reads: [base, length)
+    for (int t = t0; t < t0 + count; t++) {
         length = positions[t] + 1 > length ? positions[t] + 1 : length;
+        int64_t first = first_key(positions[t], window);
+        base = first < base ? first : base;
+    }
+    const int64_t first_block = base / block_size;
+    base = first_block * block_size;
+    const int64_t span = length - base;
     const int rows = group * count;  // score row r = j * count + (t - t0): head j, query t
     for (int r = 0; r < rows; r++) {
         int j = r / count, t = t0 + r % count;
-        float *acc = out + ((int64_t)j * tokens + t) * dim;
-        for (int d = 0; d < dim; d++) acc[d] = 0.0f;
+        float *acc = out + ((int64_t)j * tokens + t) * value_dim;
+        for (int d = 0; d < value_dim; d++) acc[d] = 0.0f;
     }
-    for (int64_t start = 0, n = 0; start < length; start += block_size, n++) {
+    for (int64_t start = base, n = first_block; start < length; start += block_size, n++) {
         int64_t keys_here = length - start < block_size ? length - start : block_size;
-        const float *keys = k_pool + table[n] * block_stride + kv_head * head_stride;
+        const float *keys = k_pool + (table[n] * kv_heads + kv_head) * key_head_stride;
         for (int r0 = 0; r0 < rows; r0 += ROW_TILE) {
             int tile = rows - r0 < ROW_TILE ? rows - r0 : ROW_TILE;
             const float *queries[ROW_TILE];
@@ -136,31 +153,32 @@ static void one_chunk(const float *q, const float *k_pool, const float *v_pool,
             for (int i = 0; i < ROW_TILE; i++) {
                 int r = r0 + (i < tile ? i : tile - 1);  // a short tile repeats its last row
                 int j = r / count, t = t0 + r % count;
-                queries[i] = q + ((int64_t)j * tokens + t) * dim;
-                row_scores[i] = scores + (int64_t)r * length + start;
+                queries[i] = q + ((int64_t)j * tokens + t) * key_dim;
+                row_scores[i] = scores + (int64_t)r * span + (start - base);
             }
-            block_scores(queries, tile, keys, dim, block_size, keys_here, scale, row_scores);
+            block_scores(queries, tile, keys, key_dim, block_size, keys_here, scale, row_scores);
         }
     }
     for (int r = 0; r < rows; r++) {
         int t = t0 + r % count;
-        int64_t seen = positions[t] + 1;
-        float *s = scores + (int64_t)r * length;
-        float top = s[0];
-        for (int64_t k = 1; k < seen; k++) top = s[k] > top ? s[k] : top;
+        int64_t seen = positions[t] + 1 - base, first = first_key(positions[t], window) - base;
+        float *s = scores + (int64_t)r * span;
+        float top = s[first];
+        for (int64_t k = first + 1; k < seen; k++) top = s[k] > top ? s[k] : top;
         float total = 0.0f;
 #pragma omp simd reduction(+ : total)
-        for (int64_t k = 0; k < seen; k++) {
+        for (int64_t k = first; k < seen; k++) {
             s[k] = expf(s[k] - top);
             total += s[k];
         }
         float inverse = 1.0f / total;
-        for (int64_t k = 0; k < seen; k++) s[k] *= inverse;
-        for (int64_t k = seen; k < length; k++) s[k] = 0.0f;  // later keys: not seen
+        for (int64_t k = 0; k < first; k++) s[k] = 0.0f;  // before its window: not seen
+        for (int64_t k = first; k < seen; k++) s[k] *= inverse;
+        for (int64_t k = seen; k < span; k++) s[k] = 0.0f;  // later keys: not seen
     }
-    for (int64_t start = 0, n = 0; start < length; start += block_size, n++) {
+    for (int64_t start = base, n = first_block; start < length; start += block_size, n++) {
         int64_t keys_here = length - start < block_size ? length - start : block_size;
-        const float *values = v_pool + table[n] * block_stride + kv_head * head_stride;
+        const float *values = v_pool + (table[n] * kv_heads + kv_head) * value_head_stride;
         for (int r0 = 0; r0 < rows; r0 += ROW_TILE) {
             int tile = rows - r0 < ROW_TILE ? rows - r0 : ROW_TILE;
             const float *weights[ROW_TILE];
@@ -168,10 +186,10 @@ static void one_chunk(const float *q, const float *k_pool, const float *v_pool,
             for (int i = 0; i < ROW_TILE; i++) {
                 int r = r0 + (i < tile ? i : tile - 1);
                 int j = r / count, t = t0 + r % count;
-                weights[i] = scores + (int64_t)r * length + start;
-                outs[i] = out + ((int64_t)j * tokens + t) * dim;
+                weights[i] = scores + (int64_t)r * span + (start - base);
+                outs[i] = out + ((int64_t)j * tokens + t) * value_dim;
             }
-            block_values(weights, tile, values, dim, keys_here, outs);
+            block_values(weights, tile, values, value_dim, keys_here, outs);
         }
     }
 }
@@ -180,9 +198,10 @@ static void one_chunk(const float *q, const float *k_pool, const float *v_pool,
 // the tiling does not take (not a multiple of LANE, or blocks over MAX_BLOCK).
 int paged_attention_f32(const float *q, const float *k_pool, const float *v_pool,
                         const int64_t *tables, const int64_t *positions, float *out, int batch,
-                        int tokens, int heads, int kv_heads, int dim, int block_size, int width,
-                        float scale, int threads) {
-    if (block_size > MAX_BLOCK || block_size % LANE || dim % LANE) return -2;
+                        int tokens, int heads, int kv_heads, int key_dim, int value_dim,
+                        int block_size, int width, float scale, int64_t window, int threads) {
+    if (block_size > MAX_BLOCK || block_size % LANE || key_dim % LANE || value_dim % LANE)
+        return -2;
     const int group = heads / kv_heads;
     const int chunks = (tokens + QUERY_CHUNK - 1) / QUERY_CHUNK;
     int failed = 0;
@@ -193,18 +212,23 @@ int paged_attention_f32(const float *q, const float *k_pool, const float *v_pool
                 const int64_t *row_positions = positions + (int64_t)b * tokens;
                 int t0 = c * QUERY_CHUNK;
                 int count = tokens - t0 < QUERY_CHUNK ? tokens - t0 : QUERY_CHUNK;
-                int64_t length = 0;
-                for (int t = t0; t < t0 + count; t++)
+                int64_t length = 0, base = INT64_MAX;
+                for (int t = t0; t < t0 + count; t++) {
                     length = row_positions[t] + 1 > length ? row_positions[t] + 1 : length;
-                float *scores = malloc(sizeof(float) * group * count * length);
+                    int64_t first = first_key(row_positions[t], window);
+                    base = first < base ? first : base;
+                }
+                int64_t span = length - base / block_size * block_size;
+                float *scores = malloc(sizeof(float) * group * count * span);
                 if (scores == NULL) {
                     failed = 1;
                     continue;
                 }
-                int64_t offset = ((int64_t)b * heads + (int64_t)h * group) * tokens * dim;
-                one_chunk(q + offset, k_pool, v_pool, tables + (int64_t)b * width, row_positions,
-                          t0, count, tokens, group, kv_heads, h, dim, block_size, scale, scores,
-                          out + offset);
+                int64_t head = (int64_t)b * heads + (int64_t)h * group;
+                one_chunk(q + head * tokens * key_dim, k_pool, v_pool,
+                          tables + (int64_t)b * width, row_positions, t0, count, tokens, group,
+                          kv_heads, h, key_dim, value_dim, block_size, scale, window, scores,
+                          out + head * tokens * value_dim);
                 free(scores);
             }
         }

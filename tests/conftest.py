@@ -88,6 +88,16 @@ def tiny_qwen2_moe(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_deepseek(tmp_path_factory):
+    """A tiny DeepSeek-V3 (``tests.families.models``): latent attention, a dense first
+    layer, then layers routing each token to 2 of 8 experts in 4 groups (sigmoid scores, a
+    correction bias) beside a shared expert."""
+    from tests.families.models import build
+
+    return str(build("deepseek_v3", tmp_path_factory.mktemp("tiny-deepseek") / "model"))
+
+
+@pytest.fixture(scope="session")
 def tiny_vlm(tmp_path_factory):
     """A tiny Qwen2.5-VL (vision tower of two blocks), its tokenizer with the vision tokens
     and its image processor, saved to disk."""

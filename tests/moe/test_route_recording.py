@@ -2,7 +2,7 @@
 the KV cache, beside its keys), and hands them back with each sample: the same routes a
 transformers forward over prompt + response takes, for a prompt prefilled once for several
 samples, for a prompt found in the prefix cache, across preemption, and for Qwen2-MoE's
-shared-expert layers; a dense model has none."""
+shared-expert layers and DeepSeek-V3's grouped routing; a dense model has none."""
 
 import pytest
 import torch
@@ -30,7 +30,7 @@ def check_routes(model, prompt, sample):
     assert torch.equal(routes.long().sort(dim=-1).values, expected)
 
 
-@pytest.mark.parametrize("fixture", ["tiny_moe", "tiny_qwen2_moe"])
+@pytest.mark.parametrize("fixture", ["tiny_moe", "tiny_qwen2_moe", "tiny_deepseek"])
 def test_samples_carry_the_routes_transformers_takes(request, fixture):
     path = request.getfixturevalue(fixture)
     model = load_causal_lm(path).eval()

@@ -41,15 +41,20 @@ def run(path, batch, **overrides):
         return old, actor.update(batch.assign(old_log_probs=old))[0]
 
 
-def test_the_rollouts_routes_line_up_with_the_trainers(tiny_moe):
-    rollouts = rollouts_of(tiny_moe)
+@pytest.mark.parametrize("fixture", ["tiny_moe", "tiny_deepseek"])
+def test_the_rollouts_routes_line_up_with_the_trainers(request, fixture):
+    """Replaying the routes the trainer would take anyway changes nothing: the replayed
+    router weighs them as the router itself does (softmax for Qwen, DeepSeek's scaled
+    sigmoid scores), so the log-probs are the plain forward's."""
+    path = request.getfixturevalue(fixture)
+    rollouts = rollouts_of(path)
     routes = rollouts["routed_experts"]
     assert routes.shape == (12, rollouts["input_ids"].shape[1], 2, 2)  # 2 sparse layers, k 2
     real = rollouts["attention_mask"].bool()
     last = real.long().cumsum(-1) == real.sum(-1, keepdim=True)  # each row's last token
     assert ((routes >= 0).all(-1).all(-1) == (real & ~last)).all(), "recorded where fed back"
-    plain, plain_metrics = run(tiny_moe, rollouts)
-    replayed, metrics = run(tiny_moe, rollouts, router_replay="rollout")
+    plain, plain_metrics = run(path, rollouts)
+    replayed, metrics = run(path, rollouts, router_replay="rollout")
     # float32 engine and trainer route alike: replaying changes nothing
     assert plain_metrics["actor/moe/routing_mismatch"] == 0
     assert metrics["actor/moe/routing_mismatch"] == 0
@@ -57,27 +62,29 @@ def test_the_rollouts_routes_line_up_with_the_trainers(tiny_moe):
     torch.testing.assert_close(replayed, plain, atol=1e-6, rtol=0)
 
 
-def other_experts(routes, rows, layer=0):
+def other_experts(routes, rows, layer=0, experts=4):
     """``routes`` with sparse layer ``layer`` of every recorded token of ``rows`` sent to
-    the two experts it did not choose (of 4): a different set for each of them."""
+    two experts it did not choose (of ``experts``): a different set for each of them."""
     changed = routes.clone()
     chosen = changed[rows, :, layer].long()
     recorded = (chosen >= 0).all(-1)
-    unused = torch.ones(*chosen.shape[:2], 4, dtype=torch.bool)
+    unused = torch.ones(*chosen.shape[:2], experts, dtype=torch.bool)
     unused.scatter_(-1, chosen.clamp(min=0), False)
     others = unused.long().argsort(dim=-1, descending=True, stable=True)[..., :2]
     changed[rows, :, layer] = torch.where(recorded[..., None], others, chosen).to(routes.dtype)
     return changed, int(recorded.sum())
 
 
-def test_replay_uses_the_rollouts_routes_and_measures_the_difference(tiny_moe):
-    rollouts = rollouts_of(tiny_moe)
-    changed, count = other_experts(rollouts["routed_experts"], slice(0, 4))
+@pytest.mark.parametrize(("fixture", "experts"), [("tiny_moe", 4), ("tiny_deepseek", 8)])
+def test_replay_uses_the_rollouts_routes_and_measures_the_difference(request, fixture, experts):
+    path = request.getfixturevalue(fixture)
+    rollouts = rollouts_of(path)
+    changed, count = other_experts(rollouts["routed_experts"], slice(0, 4), experts=experts)
     recorded = int((rollouts["routed_experts"] >= 0).all(-1).all(-1).sum())
     batch = rollouts.assign(routed_experts=changed)
 
-    plain, plain_metrics = run(tiny_moe, batch)
-    replayed, metrics = run(tiny_moe, batch, router_replay="rollout")
+    plain, plain_metrics = run(path, batch)
+    replayed, metrics = run(path, batch, router_replay="rollout")
     share = count / recorded
     assert plain_metrics["actor/moe/routing_mismatch"] == pytest.approx(share)
     assert metrics["actor/moe/routing_mismatch"] == 0  # the forward used the rollout's

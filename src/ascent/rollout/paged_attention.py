@@ -4,9 +4,10 @@ Shapes: one layer's ``v_pool`` is (blocks, kv_heads, block_size, Dv) and ``k_poo
 (blocks, kv_heads, Dk, block_size) (Dk = Dv but for latent attention): a block's keys for
 one head are stored transposed, so that a query's scores against them are block-wide
 vector operations; a block table (B, nb) lists each row's blocks in order (padded with the
-scratch block 0); queries q are (B, heads, T, Dk) at absolute positions ``positions`` (B, T). Query t of row b attends to
-the keys at positions 0..positions[b, t] of its row (its own included: written first), or in
-a sliding-window layer of W only to those after positions[b, t] - W.
+scratch block 0); queries q are (B, heads, T, Dk) at absolute positions ``positions``
+(B, T). Query t of row b attends to the keys at positions 0..positions[b, t] of its row
+(its own included: written first), or in a sliding-window layer of W only to those after
+positions[b, t] - W.
 
 ``attend`` runs float32 on a CPU through the C kernel that reads the blocks in place
 (``ascent.rollout.kernels``); otherwise it gathers each row's blocks into

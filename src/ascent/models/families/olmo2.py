@@ -1,0 +1,45 @@
+"""OLMo 2: Llama's attention and MLP with the norms moved after each half (on the
+attention's and the MLP's outputs, before the residual add; none before), and q/k RMSNorm
+over the whole projection rather than per head. Its norms scale in float32 before the cast
+back (the same in float32)."""
+
+from functools import partial
+
+from torch import nn
+
+from ascent.models.families.blocks import Norm, model_rotary
+from ascent.models.families.decoder import Decoder, DecoderBlock
+from ascent.models.families.reading import gated_mlp, head_attention
+from ascent.models.families.spec import ModelFamily
+
+norm = partial(Norm.of, scale_in_float=True)
+
+
+def block(layer: nn.Module, config: object) -> DecoderBlock:
+    attention = layer.self_attn
+    return DecoderBlock(
+        attention=head_attention(
+            attention,
+            config,
+            q_norm=norm(attention.q_norm),
+            k_norm=norm(attention.k_norm),
+            norm_per_head=False,
+        ),
+        feed_forward=gated_mlp(layer.mlp, config),
+        post_attention=norm(layer.post_attention_layernorm),
+        post_feed_forward=norm(layer.post_feedforward_layernorm),
+    )
+
+
+def read(model: nn.Module) -> Decoder:
+    text = model.model
+    return Decoder(
+        embed=text.embed_tokens,
+        rotary=model_rotary(text.rotary_emb),
+        layers=[block(layer, model.config) for layer in text.layers],
+        final_norm=norm(text.norm),
+        head=model.lm_head.weight,
+    )
+
+
+FAMILY = ModelFamily(name="olmo2", model_types=("olmo2",), read=read)

@@ -218,6 +218,41 @@ def test_gradcheck_float64_hidden():
     )
 
 
+@pytest.mark.parametrize("use", ["both", "lp", "ent"])
+def test_soft_capped_logits_values_and_gradients_match_naive(use):
+    """Gemma's final soft-cap, c tanh(l / c) before the temperature: logits of about ±10
+    against a cap of 4 (far into the curve), against float64 autograd through the cap."""
+    hidden, weight, bias, targets = make_hidden((3, 5))
+    leaves = [t.requires_grad_(True) for t in (hidden, weight, bias)]
+    lp, ent = token_log_probs_and_entropy_from_hidden(
+        hidden, weight, targets, bias=bias, temperature=0.8, chunk_tokens=4, softcap=4.0
+    )
+    got = torch.autograd.grad(mixed_loss(lp, ent, use), leaves)
+    ref_leaves = [t.detach().double().requires_grad_(True) for t in leaves]
+    logits = F.linear(*ref_leaves)
+    assert logits.abs().max() > 8  # the cap bends these
+    ref_lp, ref_ent = naive(torch.tanh(logits / 4.0) * 4.0, targets, 0.8)
+    want = torch.autograd.grad(mixed_loss(ref_lp, ref_ent, use), ref_leaves)
+    torch.testing.assert_close(lp.double(), ref_lp, rtol=0, atol=5e-5)
+    torch.testing.assert_close(ent.double(), ref_ent, rtol=0, atol=5e-5)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.double(), w, rtol=1e-5, atol=5e-5)
+    uncapped, _ = token_log_probs_and_entropy_from_hidden(hidden, weight, targets, bias=bias)
+    assert (uncapped - lp).abs().max() > 0.1
+
+
+def test_gradcheck_float64_hidden_with_a_soft_cap():
+    hidden, weight, bias, targets = make_hidden((2, 3), hidden_size=4, vocab=7, dtype=torch.float64)
+    for t in (hidden, weight, bias):
+        t.requires_grad_(True)
+    assert torch.autograd.gradcheck(
+        lambda h, w, b: token_log_probs_and_entropy_from_hidden(
+            h, w, targets, bias=b, temperature=0.7, chunk_tokens=4, softcap=2.0
+        ),
+        (hidden, weight, bias),
+    )
+
+
 def test_fused_hidden_without_weight_grad_and_without_entropy():
     hidden, weight, _, targets = make_hidden((5,))
     hidden.requires_grad_(True)  # a frozen lm_head: only the hidden states get a gradient

@@ -8,8 +8,9 @@ The prompts reach past the sliding windows (8) of Gemma 3 and Mistral and past L
 original context (32), so windows and rope scaling are exercised, not only declared."""
 
 import pytest
+import torch
 
-from ascent.models import load_causal_lm
+from ascent.models import load_causal_lm, load_tokenizer
 from ascent.rollout import NativeEngine, SamplingParams
 from ascent.workers import ActorWorker
 from ascent.workers.rollout_samples import SampleRollouts
@@ -44,7 +45,21 @@ def test_greedy_equals_transformers_generate(family_checkpoint, name, seats):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_sampled_log_probs_equal_the_trainers(family_checkpoint, name):
-    path = family_checkpoint(name)
+    assert_sampled_log_probs_equal_the_trainers(family_checkpoint(name))
+
+
+def test_a_soft_cap_is_applied_alike_by_engine_and_trainer(family_checkpoint, tmp_path):
+    """Gemma 3 with its head scaled so that logits run far past the cap of 30: the engine
+    samples from capped logits and the trainer's fused log-probs cap them the same way."""
+    model = load_causal_lm(family_checkpoint("gemma3"))
+    with torch.no_grad():
+        model.lm_head.weight.mul_(300)
+    model.save_pretrained(tmp_path)
+    load_tokenizer(family_checkpoint("gemma3")).save_pretrained(tmp_path)
+    assert_sampled_log_probs_equal_the_trainers(str(tmp_path))
+
+
+def assert_sampled_log_probs_equal_the_trainers(path):
     batch = rl_batch(rows=6, seed=1).select("prompts", "uid")
     batch = batch.assign(prompt_mask=(batch["prompts"] != 0).long())  # left padding is 0
     prompts = [row[row != 0].tolist() for row in batch["prompts"]]

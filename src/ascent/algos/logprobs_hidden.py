@@ -17,6 +17,10 @@ float32 accumulator the size of W and each chunk's G_cᵀ hidden_c in the weight
 weight gradient is summed over chunks in float32 so that it is rounded to the weight's dtype
 once, as a single matmul over all tokens would be).
 
+A model that soft-caps its logits (Gemma's ``final_logit_softcapping`` c) gives
+z = c tanh(l / c) / τ with l = hidden @ Wᵀ + b; the backward then multiplies each chunk's
+gradient by dz/dl · τ = 1 - tanh²(l / c), recomputed with the chunk's logits.
+
 This is what the training engine uses on the final hidden states.
 """
 
@@ -39,13 +43,25 @@ __all__ = ["token_log_probs_and_entropy_from_hidden"]
 
 
 def scaled_chunk_logits(
-    hidden: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype, temperature: float
-) -> Tensor:
-    """z = (hidden @ Wᵀ + b) / τ for one chunk, upcast to ``dtype``; (C, V), owned by the caller.
+    hidden: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    dtype: torch.dtype,
+    temperature: float,
+    softcap: float | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """z = (hidden @ Wᵀ + b) / τ for one chunk, upcast to ``dtype``; (C, V), owned by the
+    caller. With a ``softcap`` c the logits l become c tanh(l / c) first, and the slope
+    1 - tanh²(l / c) (C, V) comes back too (else None).
 
     The compute-dtype logits are dropped on return, before the softmax buffer is allocated.
     """
-    return scaled_float(F.linear(hidden, weight, bias), dtype, temperature, copy=False)
+    logits = F.linear(hidden, weight, bias)
+    if softcap is None:
+        return scaled_float(logits, dtype, temperature, copy=False), None
+    turned = torch.tanh(logits.to(dtype).div_(softcap))
+    slope = 1 - turned.square()
+    return scaled_float(turned.mul_(softcap), dtype, temperature, copy=False), slope
 
 
 class _LogProbsFromHidden(torch.autograd.Function):
@@ -59,17 +75,20 @@ class _LogProbsFromHidden(torch.autograd.Function):
         temperature: float,
         chunk_tokens: int,
         compute_entropy: bool,
+        softcap: float | None,
     ) -> tuple[Tensor, Tensor | None]:
         dtype = stats_dtype(hidden.dtype)
         log_probs, lse, p_dot_z = chunked_stats(
-            lambda rows: scaled_chunk_logits(hidden[rows], weight, bias, dtype, temperature),
+            lambda rows: scaled_chunk_logits(
+                hidden[rows], weight, bias, dtype, temperature, softcap
+            )[0],
             targets,
             dtype,
             chunk_tokens,
             compute_entropy,
         )
         ctx.save_for_backward(hidden, weight, bias, targets, lse, p_dot_z)
-        ctx.temperature, ctx.chunk_tokens = temperature, chunk_tokens
+        ctx.temperature, ctx.chunk_tokens, ctx.softcap = temperature, chunk_tokens, softcap
         ctx.set_materialize_grads(False)
         return log_probs, (lse - p_dot_z if compute_entropy else None)
 
@@ -79,7 +98,7 @@ class _LogProbsFromHidden(torch.autograd.Function):
         hidden, weight, bias, targets, lse, p_dot_z = ctx.saved_tensors
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
         if grad_lp is None and grad_ent is None:
-            return (None,) * 7
+            return (None,) * 8
         chunk, temperature = ctx.chunk_tokens, ctx.temperature
         grad_lp = rows_of(grad_lp, lse.dtype, temperature)
         grad_ent = rows_of(grad_ent, lse.dtype, temperature)
@@ -89,7 +108,9 @@ class _LogProbsFromHidden(torch.autograd.Function):
         grad_bias = torch.zeros_like(bias, dtype=lse.dtype) if need_bias else None
         for start in range(0, hidden.shape[0], chunk):
             rows = slice(start, start + chunk)
-            z = scaled_chunk_logits(hidden[rows], weight, bias, lse.dtype, temperature)
+            z, slope = scaled_chunk_logits(
+                hidden[rows], weight, bias, lse.dtype, temperature, ctx.softcap
+            )
             grad_z = chunk_grad_(
                 z,
                 targets[rows],
@@ -98,6 +119,9 @@ class _LogProbsFromHidden(torch.autograd.Function):
                 at(rows, grad_lp),
                 at(rows, grad_ent),
             )
+            if slope is not None:  # through the cap: dl = dz * τ(dz/dl) = dz (1 - tanh²)
+                grad_z.mul_(slope)
+                del slope
             if need_bias:
                 grad_bias += grad_z.sum(dim=0)
             # The two matmuls run in the compute dtype, like the forward's.
@@ -118,6 +142,7 @@ class _LogProbsFromHidden(torch.autograd.Function):
             None,
             None,
             None,
+            None,
         )
 
 
@@ -130,6 +155,7 @@ def token_log_probs_and_entropy_from_hidden(
     temperature: float = 1.0,
     chunk_tokens: int = 1024,
     compute_entropy: bool = True,
+    softcap: float | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """log p(targets) and entropy of softmax((hidden @ Wᵀ + b) / τ), never building all logits.
 
@@ -141,6 +167,8 @@ def token_log_probs_and_entropy_from_hidden(
         temperature: τ, the sampling temperature the logits are divided by.
         chunk_tokens: rows whose logits exist at a time.
         compute_entropy: when False the entropy is None and is not computed.
+        softcap: c, where the model soft-caps its logits to c tanh(l / c) before the
+            temperature (Gemma's ``final_logit_softcapping``); None: no cap.
 
     Returns:
         log_probs (...) and entropy (...) (or None), float32 (float64 for float64 inputs),
@@ -160,6 +188,7 @@ def token_log_probs_and_entropy_from_hidden(
         float(temperature),
         chunk_tokens,
         compute_entropy,
+        softcap,
     )
     entropy = None if entropy is None else entropy.view(targets.shape)
     return log_probs.view(targets.shape), entropy

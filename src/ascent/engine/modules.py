@@ -45,8 +45,10 @@ class PolicyModule(nn.Module):
     forward(input_ids (1, N) or (B, L), position_ids like it, query_index (M,) into the
     flattened positions, targets (M,)) -> log_probs (M,), entropy (M,) (None when
     compute_entropy is False), float32, with logits / temperature exactly as the rollout
-    samples them. A model family's own inputs (a vision-language model's ``pixel_values``,
-    ``image_grid_thw``, and M-RoPE planes as ``position_ids``) pass through ``model_inputs``;
+    samples them (soft-capped first where the model's config caps them:
+    ``final_logit_softcapping``). A model family's own inputs (a vision-language model's
+    ``pixel_values``, ``image_grid_thw``, and M-RoPE planes as ``position_ids``) pass
+    through ``model_inputs``;
     ``extra_inputs`` is what builds them for this model (``__call__``, outside) and turns
     them into the forward's embeddings (``embed``, inside: it runs the vision tower; see
     ``ascent.vision.forward``), or None for a text model.
@@ -88,6 +90,7 @@ class PolicyModule(nn.Module):
             temperature=temperature,
             chunk_tokens=self.chunk_tokens,
             compute_entropy=compute_entropy,
+            softcap=getattr(lm.config.get_text_config(), "final_logit_softcapping", None),
         )
         # Fresh tensors, not views: FSDP2 warns that in-place ops on a view output would
         # bypass its backward hooks.

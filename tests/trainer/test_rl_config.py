@@ -164,3 +164,43 @@ def test_prime_is_refused_where_its_baselines_or_prm_cannot_work():
         plan_for("algorithm.name=prime", "rollout.agent.max_turns=2")
     _, plan = plan_for("algorithm.name=prime")
     assert plan.implicit_prm and plan.reference and plan.dynamic_sampling
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["trainer.mode=async", "rollout.engine=openai"],
+            "trainer.mode=async cannot run on rollout.engine=openai: it has no refresh_weights; "
+            "use rollout.engine=native, vllm, serve",
+        ),
+        (
+            ["rollout.agent.max_turns=2", "rollout.engine=transformers"],
+            "rollout.agent cannot run on rollout.engine=transformers: it has no request_level; "
+            "use rollout.engine=native, vllm, serve",
+        ),
+        (
+            ["actor.router_replay=rollout", "rollout.engine=vllm"],
+            "actor.router_replay=rollout cannot run on rollout.engine=vllm: it has no "
+            "route_recording; use rollout.engine=native",
+        ),
+    ],
+)
+def test_what_a_config_asks_of_its_engine_is_asked_of_its_capabilities(overrides, message):
+    with pytest.raises(ConfigError) as error:
+        plan_for(*overrides)
+    assert message in str(error.value)
+
+
+def test_a_model_the_engine_has_no_family_for_is_refused_naming_the_engines_that_run_it(
+    tmp_path,
+):
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    overrides = [f"model.path={tmp_path}", "data.train_files=[t.parquet]"]
+    for engine in ("native", "serve"):
+        with pytest.raises(ConfigError) as error:
+            make_plan(load_config(RLConfig, None, [*overrides, f"rollout.engine={engine}"]))
+        assert f"rollout.engine={engine} for {tmp_path}: " in str(error.value)
+        assert "no model family for model_type 'gpt2'" in str(error.value)
+        assert "rollout.engine=transformers or vllm" in str(error.value)
+    make_plan(load_config(RLConfig, None, [*overrides, "rollout.engine=transformers"]))

@@ -9,7 +9,7 @@ from ascent.agents.config import AgentConfig
 from ascent.agents.episodes import environment_factory, episodes_batch
 from ascent.agents.loop import AgentLimits, run_episodes
 from ascent.batch import Batch
-from ascent.rollout.protocol import RolloutBackend
+from ascent.rollout.protocol import Capability, RolloutBackend
 from ascent.rollout.types import SamplingParams
 
 
@@ -24,8 +24,8 @@ class EpisodeRollouts:
         pad_id: int,
         weight_version: Callable[[], int],
     ) -> None:
-        if not backend.request_level:
-            raise ValueError("rollout.agent needs a request-level engine: native, serve or vllm")
+        if Capability.REQUEST_LEVEL not in backend.capabilities:
+            raise ValueError(f"rollout.agent needs a request-level engine, not the {backend.name}")
         self.config, self.backend, self.tokenizer = config, backend, tokenizer
         self.max_model_len, self.pad_id, self.weight_version = max_model_len, pad_id, weight_version
         self.environments = environment_factory(config)  # a row -> a fresh environment

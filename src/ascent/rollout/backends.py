@@ -1,6 +1,8 @@
 """The one place a generation backend is built, whichever engine the config names: the native
 engine or the transformers reference in this process, ``ascent serve`` or vLLM servers that
-follow the policy, or a frozen OpenAI-compatible endpoint."""
+follow the policy, or a frozen OpenAI-compatible endpoint; and what each engine can do
+(``engine_capabilities``, ``engine_refuses_model``), read off its backend's declarations, for
+the checks a run makes before any worker starts."""
 
 import os
 
@@ -12,10 +14,34 @@ from ascent.rollout.hf_backend import TransformersBackend
 from ascent.rollout.hf_engine import TransformersEngine
 from ascent.rollout.http_backend import HTTPBackend
 from ascent.rollout.native_backend import NativeBackend
-from ascent.rollout.protocol import RolloutBackend
-from ascent.rollout.serve_backend import start_serve_backend
-from ascent.rollout.vllm_backend import start_vllm_backend
+from ascent.rollout.protocol import Capability, RolloutBackend
+from ascent.rollout.serve_backend import ServeBackend, start_serve_backend
+from ascent.rollout.vllm_backend import VLLMBackend, start_vllm_backend
 from ascent.rollout.weight_files import memory_directory
+
+# The backend each ``rollout.engine`` name starts (``start_backend``).
+BACKENDS: dict[str, type[RolloutBackend]] = {
+    "native": NativeBackend,
+    "transformers": TransformersBackend,
+    "vllm": VLLMBackend,
+    "serve": ServeBackend,
+    "openai": HTTPBackend,
+}
+
+
+def engine_capabilities(engine: str) -> frozenset[Capability]:
+    """What the backend of ``rollout.engine=engine`` declares it can do."""
+    return BACKENDS[engine].capabilities
+
+
+def engines_with(*capabilities: Capability) -> list[str]:
+    """The engines that can do all of ``capabilities``, in ``BACKENDS`` order."""
+    return [name for name, backend in BACKENDS.items() if set(capabilities) <= backend.capabilities]
+
+
+def engine_refuses_model(engine: str, model_type: str) -> str | None:
+    """Why ``rollout.engine=engine`` cannot generate from a model of ``model_type``, or None."""
+    return BACKENDS[engine].refuses_model(model_type)
 
 
 def start_backend(

@@ -53,7 +53,7 @@ class BackgroundBackend(RolloutBackend):
     def __init__(self, inner: RolloutBackend, partial_rollouts: bool = True) -> None:
         self.inner, self.partial_rollouts = inner, partial_rollouts
         self.name = f"{inner.name} (beside training)"
-        self.capabilities, self.request_level = inner.capabilities, inner.request_level
+        self.capabilities = inner.capabilities
         self.tokenizer, self.engine = inner.tokenizer, inner.engine
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(

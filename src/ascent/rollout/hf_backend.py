@@ -6,13 +6,14 @@ from collections.abc import Iterable
 from torch import Tensor
 
 from ascent.rollout.hf_engine import TransformersEngine
-from ascent.rollout.protocol import Images, RolloutBackend, refuse_images
+from ascent.rollout.protocol import Capability, Images, RolloutBackend, refuse_images
 from ascent.rollout.types import Sample, SamplingParams
 
 
 class TransformersBackend(RolloutBackend):
     name = "transformers engine"
-    request_level = False  # no generate_n: agents and generation beside training need one
+    # Not request-level: no generate_n (agents and generation beside training need one).
+    capabilities = frozenset({Capability.REFRESH_WEIGHTS})
 
     def __init__(self, engine: TransformersEngine) -> None:
         self.engine = engine

@@ -42,7 +42,7 @@ class HTTPBackend(RolloutBackend):
     (its prefix cache holds the conversation)."""
 
     name = "OpenAI-compatible endpoint"
-    capabilities = frozenset({Capability.HEALTH})
+    capabilities = frozenset({Capability.HEALTH, Capability.REQUEST_LEVEL})
     # Servers we run stop at exactly sampling.stop_token_ids, as the native engine does; a
     # foreign endpoint keeps its own EOS handling (it may not know ignore_eos).
     stops_as_given = False
@@ -248,6 +248,8 @@ class PolicyServers(HTTPBackend):
             Capability.UPDATE_WEIGHTS_FROM_DISK,
             Capability.WEIGHT_VERSION,
             Capability.HEALTH,
+            Capability.REFRESH_WEIGHTS,
+            Capability.REQUEST_LEVEL,
         }
     )
 

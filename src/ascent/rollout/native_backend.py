@@ -23,6 +23,7 @@ from concurrent.futures import Future
 
 from torch import Tensor
 
+from ascent.models.families import native_refusal
 from ascent.rollout.engine import NativeEngine, WeightUpdate
 from ascent.rollout.protocol import (
     Capability,
@@ -51,8 +52,17 @@ class NativeBackend(RolloutBackend):
             Capability.TOKEN_WEIGHT_VERSIONS,
             Capability.SLEEP,
             Capability.HEALTH,
+            Capability.REFRESH_WEIGHTS,
+            Capability.REQUEST_LEVEL,
+            Capability.IMAGES,
+            Capability.ROUTE_RECORDING,
+            Capability.WEIGHT_ALIASING,
         }
     )
+
+    @classmethod
+    def refuses_model(cls, model_type: str) -> str | None:
+        return native_refusal(model_type)
 
     def __init__(self, engine: NativeEngine, tokenizer: object | None = None) -> None:
         self.engine = engine

@@ -42,6 +42,11 @@ def refuse_images(backend: "RolloutBackend", images: Any) -> None:
 
 
 class Capability(StrEnum):
+    """What a backend can do. The control plane's calls (``pause`` ... ``health``) raise
+    ``CapabilityError`` where missing; the rest say what the data plane offers, and the
+    trainer's checks ask for them (``ascent.rollout.backends.engine_capabilities``), never
+    for an engine by name."""
+
     PAUSE = "pause"  # pause(mode) / resume()
     UPDATE_WEIGHTS_IN_PLACE = "update_weights_in_place"  # named tensors in this process
     UPDATE_WEIGHTS_FROM_DISK = "update_weights_from_disk"  # a safetensors directory
@@ -49,6 +54,12 @@ class Capability(StrEnum):
     TOKEN_WEIGHT_VERSIONS = "token_weight_versions"  # versions may change mid-response
     SLEEP = "sleep"  # release generation memory / take it back
     HEALTH = "health"
+    # the data plane
+    REFRESH_WEIGHTS = "refresh_weights"  # follows the trained policy (refresh_weights)
+    REQUEST_LEVEL = "request_level"  # serves generate_n per request (agents, async)
+    IMAGES = "images"  # generates from prompts with images (a vision-language model)
+    ROUTE_RECORDING = "route_recording"  # each token's experts (Sample.routed_experts)
+    WEIGHT_ALIASING = "weight_aliasing"  # may keep a colocated trainer's tensors uncopied
 
 
 class CapabilityError(RuntimeError):
@@ -114,8 +125,13 @@ class RolloutBackend:
     capabilities: frozenset[Capability] = frozenset()
     tokenizer: object | None = None
     engine: object | None = None  # the engine, when it runs in this process
-    request_level = True  # serves generate_n (agents, generation beside training need it)
     version = 0  # the version of the weights held now (the last refresh's)
+
+    @classmethod
+    def refuses_model(cls, model_type: str) -> str | None:
+        """Why this backend cannot generate from a model of ``model_type`` (a sentence
+        naming what can), or None: it can (the default: it runs any transformers model)."""
+        return None
 
     # -- data plane -------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import torch
 
+from ascent.models.families import native_refusal
 from ascent.rollout.config import GenerationConfig
 from ascent.rollout.engine_settings import EngineSettings
 from ascent.rollout.http_backend import PolicyServers
@@ -37,6 +38,10 @@ class ServeBackend(PolicyServers):
 
     name = "ascent serve backend"
     capabilities = PolicyServers.capabilities | {Capability.TOKEN_WEIGHT_VERSIONS}
+
+    @classmethod
+    def refuses_model(cls, model_type: str) -> str | None:
+        return native_refusal(model_type)  # the server runs the native engine
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)

@@ -12,7 +12,7 @@ from transformers import AutoConfig
 from ascent.moe.checkpoint import per_expert_names
 from ascent.rollout.config import GenerationConfig
 from ascent.rollout.http_backend import PolicyServers
-from ascent.rollout.protocol import TokenOut, refuse_images
+from ascent.rollout.protocol import Capability, TokenOut, refuse_images
 from ascent.rollout.types import SamplingParams
 from ascent.rollout.vllm_server import (
     SERVED_NAME,
@@ -41,6 +41,7 @@ class VLLMBackend(PolicyServers):
     other sizes, and the response would not belong to the prompt the trainer scores."""
 
     name = "vLLM backend"
+    capabilities = PolicyServers.capabilities | {Capability.IMAGES}
 
     def __init__(self, *args: object, image_token_id: int | None = None, **kwargs: object):
         super().__init__(*args, **kwargs)

@@ -18,7 +18,7 @@ from ascent.models.loading import load_tokenizer
 from ascent.rollout.backends import start_backend
 from ascent.rollout.background import BackgroundBackend
 from ascent.rollout.config import GenerationConfig
-from ascent.rollout.protocol import WeightReceiver
+from ascent.rollout.protocol import Capability, WeightReceiver
 from ascent.rollout.types import SamplingParams
 from ascent.workers.rollout_samples import SampleRollouts
 
@@ -123,9 +123,10 @@ class RolloutWorker(Worker):
         ``generate`` would (reproducible: see ``RolloutBackend.generate_together``)."""
         if not isinstance(self.backend, BackgroundBackend):
             raise RuntimeError("start_rollouts needs rollout.background=true (trainer.mode async)")
-        if not self.backend.request_level:
+        if Capability.REQUEST_LEVEL not in self.backend.capabilities:
             raise ValueError(
-                "generation beside training needs a request-level engine, not transformers"
+                f"generation beside training needs a request-level engine, not the "
+                f"{self.backend.name}"
             )
         params = self.sampling(sampling)
         self.rows.submit(tag, batch, params, together)
@@ -173,14 +174,16 @@ class RolloutWorker(Worker):
         return {"weight_version": version, "max_weight_difference": difference}
 
     def _actor_weights(self, actor: object) -> tuple[Iterable[tuple[str, torch.Tensor]], bool]:
-        """(name, tensor) pairs of the actor's weights, and whether they are its own tensors
-        (safe to alias while the trainer does not step)."""
+        """(name, tensor) pairs of the actor's weights, and whether the backend may alias
+        them: they are the actor's own tensors (safe to alias while the trainer does not
+        step) and the backend declares it can keep them uncopied."""
         model = unwrap(actor.module.model)
         if self.world_size > 1 or model is not actor.module.model:
             return actor.full_weights(), False
         actor.reshard()  # alias the persistent shards, never a transient gathered copy
         params = model.named_parameters()
-        return ((n, p.to_local() if hasattr(p, "to_local") else p) for n, p in params), True
+        own = ((n, p.to_local() if hasattr(p, "to_local") else p) for n, p in params)
+        return own, Capability.WEIGHT_ALIASING in self.backend.capabilities
 
     @register(Dispatch.ALL)
     def begin_weight_update(self, version: int | None = None) -> None:

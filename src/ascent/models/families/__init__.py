@@ -9,6 +9,7 @@ from ascent.models.families.registry import (
     model_type_of,
     native_family,
     native_model_types,
+    native_refusal,
 )
 from ascent.models.families.spec import ModelFamily
 
@@ -20,4 +21,5 @@ __all__ = [
     "model_type_of",
     "native_family",
     "native_model_types",
+    "native_refusal",
 ]

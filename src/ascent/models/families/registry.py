@@ -50,18 +50,25 @@ def native_model_types() -> list[str]:
     return sorted(kind for family in FAMILIES if family.read for kind in family.model_types)
 
 
+def native_refusal(model: nn.Module | object | str) -> str | None:
+    """Why the native engine cannot run ``model`` (naming the model types it runs and the
+    engines that run this one), or None: its family is native."""
+    if family_of(model).read is not None:
+        return None
+    named = f"model_type {model_type_of(model)!r}"
+    if isinstance(model, nn.Module):
+        named += f" ({type(model).__name__})"
+    return (
+        f"the native rollout engine has no model family for {named}; it runs "
+        f"{', '.join(native_model_types())}. Generate with rollout.engine="
+        f"{' or '.join(ENGINES_FOR_ANY_ARCHITECTURE)}, or add the family "
+        "(docs/guides/model-families.md)"
+    )
+
+
 def native_family(model: nn.Module | object | str) -> ModelFamily:
-    """The family the native engine runs ``model`` with; NoNativeFamily naming the model
-    types it runs and the engines that run this one."""
-    family = family_of(model)
-    if family.read is None:
-        named = f"model_type {model_type_of(model)!r}"
-        if isinstance(model, nn.Module):
-            named += f" ({type(model).__name__})"
-        raise NoNativeFamily(
-            f"the native rollout engine has no model family for {named}; it runs "
-            f"{', '.join(native_model_types())}. Generate with rollout.engine="
-            f"{' or '.join(ENGINES_FOR_ANY_ARCHITECTURE)}, or add the family "
-            "(docs/guides/model-families.md)"
-        )
-    return family
+    """The family the native engine runs ``model`` with; NoNativeFamily saying why not."""
+    refusal = native_refusal(model)
+    if refusal is not None:
+        raise NoNativeFamily(refusal)
+    return family_of(model)

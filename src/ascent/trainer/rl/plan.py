@@ -9,6 +9,7 @@ from ascent.algos.losses import POLICY_LOSSES
 from ascent.algos.needs import Needs, needs_of
 from ascent.config import ConfigError
 from ascent.trainer.rl.config import AlgorithmSettings, PFPPOSettings, RLConfig
+from ascent.trainer.rl.engine_checks import check_engine
 from ascent.trainer.rl.plan_checks import (
     check_agent,
     check_expert_parallel,
@@ -134,6 +135,7 @@ def make_plan(config: RLConfig) -> Plan:
     check_expert_parallel(config, needs)
     check_sequence_parallel(config, needs)
     check_router_replay(config)
+    check_engine(config)
     return Plan(
         estimator=estimator,
         estimator_params=estimator_params,

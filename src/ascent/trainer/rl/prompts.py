@@ -5,11 +5,9 @@ from typing import Any
 from ascent.data.images import row_images_for
 from ascent.data.rl import PromptCheck, RLDataConfig, RLPrompt, load_rl_prompts
 from ascent.engine.config import ModelConfig
+from ascent.rollout.backends import engine_capabilities, engines_with
+from ascent.rollout.protocol import Capability
 from ascent.trainer.run_dir import CannotStart
-
-# The engines that generate from images: the native engine runs the vision tower at
-# prefill; vLLM processes the images itself (``VLLMBackend``).
-ENGINES_WITH_IMAGES = ("native", "vllm")
 
 
 def load_run_prompts(
@@ -37,10 +35,10 @@ def check_images_reach_the_engine(prompts: list[RLPrompt], engine: str, agent: o
     first generation."""
     if not any(p.images for p in prompts):
         return
-    if engine not in ENGINES_WITH_IMAGES:
+    if Capability.IMAGES not in engine_capabilities(engine):
         raise CannotStart(
             f"the prompts hold images, which rollout.engine={engine} cannot generate from: "
-            f"use rollout.engine={' or '.join(ENGINES_WITH_IMAGES)}"
+            f"use rollout.engine={' or '.join(engines_with(Capability.IMAGES))}"
         )
     if agent is not None:
         raise CannotStart(

@@ -48,7 +48,7 @@ def test_partial_rollouts_go_on_under_the_new_weights(background, other_weights,
     alone = engine_of(load_causal_lm(tiny_model), tiny_model).generate(PROMPTS, GREEDY)
     background.submit("step-0", PROMPTS, GREEDY)
     wait_until_decoded(background.engine, 30)
-    version = background.call(background.refresh_weights(other_weights.named_parameters()))
+    version = background.call(background.refresh_weights(other_weights.named_parameters(), 1))
     samples = background.take("step-0")
 
     assert version == 1 and [s.prompt_index for s in samples] == [0, 1]
@@ -69,7 +69,7 @@ def test_without_partial_rollouts_responses_restart_under_the_new_weights(
     background.submit("step-0", PROMPTS, GREEDY)
     wait_until_decoded(background.engine, 30)
     background.partial_rollouts = False
-    background.call(background.refresh_weights(other_weights.named_parameters()))
+    background.call(background.refresh_weights(other_weights.named_parameters(), 1))
     samples = background.take("step-0")
 
     assert background.restarted == len(PROMPTS)

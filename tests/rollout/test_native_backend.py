@@ -91,7 +91,7 @@ def test_keep_mode_weight_update_changes_the_version_mid_response(backend, tiny_
         ):
             await asyncio.sleep(0.001)
         await backend.pause("keep")
-        version = await backend.update_weights(other.named_parameters())
+        version = await backend.update_weights(other.named_parameters(), version=1)
         await backend.resume()
         return version, await response
 
@@ -140,7 +140,7 @@ def test_sync_batch_calls_and_capabilities(backend):
         name = "frozen endpoint"
 
     with pytest.raises(CapabilityError, match="frozen endpoint cannot update weights from disk"):
-        asyncio.run(Frozen().update_weights_from_disk("x"))
+        asyncio.run(Frozen().update_weights_from_disk("x", version=1))
     with pytest.raises(ValueError, match="use generate_n"):
         run(backend, backend.generate([1], SamplingParams(n=2)))
 

@@ -208,11 +208,12 @@ def test_transformers_reference_engine_agrees_on_greedy(tiny_model):
 
 
 def test_loaded_weights_carry_the_version_they_are_given(tiny_model):
-    """Tokens record the version the caller gives the weights; without one, versions count on
-    from the last."""
+    """Tokens record the version the caller gives the weights (the engine keeps no
+    numbering of its own: a refresh without a version is an error)."""
     model = load_causal_lm(tiny_model)
     engine = NativeEngine(model, max_num_seqs=4, max_model_len=256)
     greedy = SamplingParams(temperature=0, max_new_tokens=4)
     assert engine.load_weights(model.named_parameters(), version=7) == 7
     assert set(engine.generate([[5, 6, 7]], greedy)[0].weight_versions) == {7}
-    assert engine.load_weights(model.named_parameters()) == 8
+    with pytest.raises(TypeError, match="version"):
+        engine.load_weights(model.named_parameters())

@@ -99,7 +99,7 @@ def test_new_weights_make_the_cached_prefixes_stale(model):
     engine.generate([prompt], GREEDY)
     engine.generate([prompt], GREEDY)
     assert engine.scheduler.admission.reused_tokens == 32
-    engine.load_weights(model.named_parameters())
+    engine.load_weights(model.named_parameters(), version=1)
     engine.generate([prompt], GREEDY)
     assert engine.scheduler.admission.reused_tokens == 32, "nothing reused after the refresh"
 

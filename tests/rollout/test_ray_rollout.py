@@ -33,10 +33,10 @@ def test_colocated_and_separate_rollouts_follow_a_two_rank_actor(local_ray, tiny
         assert len(batch) == 8 and batch.meta["weight_version"] == 0
         batch = batch.union(actor.log_probs(batch)).assign(advantages=torch.ones(8, 8))
         actor.update(batch)
-        results = rollout.sync_from_colocated("actor", check=True)
+        results = rollout.sync_from_colocated("actor", check=True, version=1)
         assert results == [{"weight_version": 1, "max_weight_difference": 0.0}] * 2
 
-        assert sync_weights(actor, separate, bucket_bytes=128 * 1024) == 1
+        assert sync_weights(actor, separate, 1, bucket_bytes=128 * 1024) == 1
         weights = actor.full_weights()[0]
         assert separate.weight_difference(weights) == [0.0]
         greedy = {"temperature": 0.0, "n": 1}

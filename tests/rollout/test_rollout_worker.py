@@ -75,7 +75,7 @@ def test_colocated_refresh_is_in_place_and_generation_follows_the_update(tiny_mo
     try:
         greedy = {"temperature": 0.0, "n": 1}
         before = rollout.generate(prompts_batch(), sampling=greedy)
-        result = rollout.sync_from_colocated("actor", check=True)[0]
+        result = rollout.sync_from_colocated("actor", check=True, version=1)[0]
         assert result == {"weight_version": 1, "max_weight_difference": 0.0}
         # In place: the engine's tensors are the actor's own storage.
         actor_weight = host.workers["actor"].engine.module.model.lm_head.weight.to_local()
@@ -84,7 +84,7 @@ def test_colocated_refresh_is_in_place_and_generation_follows_the_update(tiny_mo
 
         batch = before.union(actor.log_probs(before)).assign(advantages=torch.ones(3, 8))
         actor.update(batch)
-        assert rollout.sync_from_colocated("actor", check=True)[0]["weight_version"] == 2
+        assert rollout.sync_from_colocated("actor", check=True, version=2)[0]["weight_version"] == 2
         after = rollout.generate(prompts_batch(), sampling=greedy)
         weights = actor.full_weights()[0]
     finally:
@@ -109,5 +109,5 @@ def test_bucketed_sync_to_a_separate_rollout(tiny_model):
         batch = rollout.generate(prompts_batch())
         actor.update(batch.union(actor.log_probs(batch)).assign(advantages=torch.ones(6, 8)))
         assert actor.weight_bucket_count(64 * 1024) > 3  # small buckets: several transfers
-        assert sync_weights(actor, rollout, bucket_bytes=64 * 1024) == 1
+        assert sync_weights(actor, rollout, 1, bucket_bytes=64 * 1024) == 1
         assert rollout.weight_difference(actor.full_weights()[0]) == [0.0]

@@ -37,10 +37,9 @@ def native(model) -> NativeEngine:
     return NativeEngine(model, max_num_seqs=4, max_model_len=2048)
 
 
-def load(backend: ServeBackend, model, directory) -> int:
-    return asyncio.run(
-        backend.update_weights_from_disk(str(write_weights(directory, model.named_parameters())))
-    )
+def load(backend: ServeBackend, model, directory, version: int = 1) -> int:
+    path = str(write_weights(directory, model.named_parameters()))
+    return asyncio.run(backend.update_weights_from_disk(path, version))
 
 
 def test_tokens_and_log_probs_equal_the_native_engine_in_process(served, tiny_model):
@@ -67,7 +66,7 @@ def test_an_update_in_flight_lands_between_decode_steps_with_per_token_versions(
         background.submit("in-flight", PROMPTS[:2], long)
         time.sleep(0.4)
 
-        version = background.call(background.refresh_weights(other.named_parameters()))
+        version = background.call(background.refresh_weights(other.named_parameters(), 1))
         spanning = background.take("in-flight")
         background.submit("after", PROMPTS, GREEDY)
         after = background.take("after")

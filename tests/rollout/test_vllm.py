@@ -65,7 +65,7 @@ def test_weight_refresh_changes_generations_and_the_old_weights_restore_them(
     other = causal_lm_from_config(base.config, seed=11)
     version = asyncio.run(
         vllm.update_weights_from_disk(
-            str(write_weights(tmp_path / "new", other.named_parameters()))
+            str(write_weights(tmp_path / "new", other.named_parameters())), vllm.version + 1
         )
     )
     changed = vllm.generate_batch(PROMPTS, GREEDY)
@@ -73,9 +73,8 @@ def test_weight_refresh_changes_generations_and_the_old_weights_restore_them(
     assert [s.token_ids for s in changed] == [s.token_ids for s in expected]
     assert [s.token_ids for s in changed] != [s.token_ids for s in before]
     assert {s.weight_version for s in changed} == {version}
-    asyncio.run(
-        vllm.update_weights_from_disk(str(write_weights(tmp_path / "old", base.named_parameters())))
-    )
+    old = str(write_weights(tmp_path / "old", base.named_parameters()))
+    asyncio.run(vllm.update_weights_from_disk(old, vllm.version + 1))
     restored = vllm.generate_batch(PROMPTS, GREEDY)
     assert [s.token_ids for s in restored] == [s.token_ids for s in before]
 
@@ -83,7 +82,7 @@ def test_weight_refresh_changes_generations_and_the_old_weights_restore_them(
 def test_a_dead_server_is_restarted_with_the_latest_weights(vllm, model_dir, tmp_path):
     other = causal_lm_from_config(load_causal_lm(model_dir).config, seed=12)
     path = write_weights(tmp_path / "latest", other.named_parameters())
-    asyncio.run(vllm.update_weights_from_disk(str(path)))
+    asyncio.run(vllm.update_weights_from_disk(str(path), vllm.version + 1))
     expected = vllm.generate_batch(PROMPTS[:1], GREEDY)
     vllm.processes[0].process.kill()
     vllm.processes[0].process.wait()
@@ -139,17 +138,14 @@ def test_a_weight_update_in_flight_holds_requests_and_they_finish(vllm, model_di
         background.submit("in-flight", PROMPTS, GREEDY.model_copy(update={"max_new_tokens": 200}))
         time.sleep(0.2)
 
-        version = background.call(background.refresh_weights(other.named_parameters()))
+        version = background.call(background.refresh_weights(other.named_parameters(), started + 1))
         held = background.take("in-flight")
         background.submit("after", PROMPTS, GREEDY)
         after = background.take("after")
     finally:
         background.stop()
-        asyncio.run(
-            vllm.update_weights_from_disk(
-                str(write_weights(tmp_path / "old", base.named_parameters()))
-            )
-        )
+        old = str(write_weights(tmp_path / "old", base.named_parameters()))
+        asyncio.run(vllm.update_weights_from_disk(old, vllm.version + 1))
     assert version == started + 1
     assert {s.finish_reason for s in held} <= {"length", "stop"}, "held, not aborted"
     assert {s.weight_version for s in held} == {started}

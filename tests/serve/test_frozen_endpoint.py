@@ -46,7 +46,7 @@ def test_the_rollout_role_generates_through_an_endpoint_and_refuses_weights(serv
                 sample.log_probs, abs=1e-5
             )
         with pytest.raises(Exception, match="frozen endpoint"):
-            groups["rollout"].sync_from_colocated("actor")
+            groups["rollout"].sync_from_colocated("actor", version=1)
     finally:
         for group in {id(g.hosts): g for g in groups.values()}.values():
             group.shutdown()

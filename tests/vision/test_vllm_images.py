@@ -68,16 +68,15 @@ def test_weight_refresh_with_images(tiny_vlm, rows, vllm, tmp_path):
     before = vllm.generate_batch(rows[0], GREEDY, images=rows[1])
     other = load_causal_lm(str(build_tiny_vlm(tmp_path / "other", seed=11))).eval()
     new = write_weights(tmp_path / "new", other.named_parameters())
-    version = asyncio.run(vllm.update_weights_from_disk(str(new)))
+    version = asyncio.run(vllm.update_weights_from_disk(str(new), vllm.version + 1))
     changed = vllm.generate_batch(rows[0], GREEDY, images=rows[1])
     expected = native_greedy(other, tiny_vlm, rows)
     assert [s.token_ids for s in changed] == [s.token_ids for s in expected]
     assert [s.token_ids for s in changed] != [s.token_ids for s in before]
     assert {s.weight_version for s in changed} == {version}
     base = load_causal_lm(tiny_vlm)
-    asyncio.run(
-        vllm.update_weights_from_disk(str(write_weights(tmp_path / "old", base.named_parameters())))
-    )
+    old = str(write_weights(tmp_path / "old", base.named_parameters()))
+    asyncio.run(vllm.update_weights_from_disk(old, vllm.version + 1))
     restored = vllm.generate_batch(rows[0], GREEDY, images=rows[1])
     assert [s.token_ids for s in restored] == [s.token_ids for s in before]
 

@@ -171,7 +171,7 @@ def train_until(
             sft.train_step(batch)
             step += 1
             if step % check_every == 0:
-                rollout.sync_from_colocated("sft")
+                rollout.sync_from_colocated("sft", version=step)  # the SFT step's weights
                 accuracy = task.accuracy(rollout, tokenizer, dev)
                 print(f"  SFT step {step}: {task.measure} {accuracy:.0%}", flush=True)
                 if accuracy >= target:

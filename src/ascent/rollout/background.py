@@ -160,7 +160,7 @@ class BackgroundBackend(RolloutBackend):
     async def refresh_weights(
         self,
         named_tensors: Iterable[tuple[str, Tensor]],
-        version: int | None = None,
+        version: int,
         *,
         alias: bool = False,
     ) -> int:

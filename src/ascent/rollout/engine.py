@@ -153,12 +153,11 @@ class NativeEngine:
         self,
         named_tensors: Iterable[tuple[str, Tensor]],
         *,
+        version: int,
         alias: bool = False,
-        version: int | None = None,
     ) -> int:
-        """Take a complete new set of weights, one tensor at a time; returns their version:
-        ``version`` as the trainer numbers its weights (stamped on every token they sample),
-        or, without one, the engine's last version + 1.
+        """Take a complete new set of weights, one tensor at a time, numbered ``version`` (as
+        the trainer numbers its weights: stamped on every token they sample); returns it.
 
         ``alias=True`` makes each parameter share the given tensor's storage when shape,
         dtype and device match (no copy: a colocated, unsharded trainer's own tensors).
@@ -346,12 +345,10 @@ class WeightUpdate:
                 param.data.copy_(tensor)
             self.seen.add(name)
 
-    def finish(self, version: int | None = None) -> int:
-        """The new weights' version: ``version``, or the engine's last + 1."""
+    def finish(self, version: int) -> int:
+        """Call the new weights ``version`` and return it."""
         missing = sorted(set(self.params) - self.seen)
         if missing:
             raise ValueError(f"weights missing for {len(missing)} parameters, e.g. {missing[:3]}")
-        self.engine.set_weight_version(
-            self.engine.weight_version + 1 if version is None else version
-        )
-        return self.engine.weight_version
+        self.engine.set_weight_version(version)
+        return version

@@ -32,7 +32,7 @@ class TransformersBackend(RolloutBackend):
     async def refresh_weights(
         self,
         named_tensors: Iterable[tuple[str, Tensor]],
-        version: int | None = None,
+        version: int,
         *,
         alias: bool = False,
     ) -> int:

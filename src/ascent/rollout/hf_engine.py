@@ -45,8 +45,8 @@ class TransformersEngine:
         self,
         named_tensors: Iterable[tuple[str, Tensor]],
         *,
+        version: int,
         alias: bool = False,
-        version: int | None = None,
     ) -> int:
         """As ``NativeEngine.load_weights``, always copied (``alias`` is ignored: a reference
         engine keeps its own tensors); returns the new version."""

@@ -83,7 +83,7 @@ class HTTPBackend(RolloutBackend):
     async def refresh_weights(
         self,
         named_tensors: Iterable[tuple[str, Tensor]],
-        version: int | None = None,
+        version: int,
         *,
         alias: bool = False,
     ) -> int:
@@ -237,10 +237,10 @@ class HTTPBackend(RolloutBackend):
 class PolicyServers(HTTPBackend):
     """Servers that follow the trained policy: each refresh is a safetensors directory
     (written under ``weights_dir`` by the rollout worker) that every server reloads from
-    (``_load``) and stamps with the version the refresh carries (``version``: the latest; a
-    refresh without one counts on). A restarted server gets the latest directory and version
-    again. ``pause``/``resume`` are the servers' own (``POST /pause?mode=``, ``/resume``:
-    vLLM's dev mode and ``ascent serve`` agree)."""
+    (``_load``) and stamps with the version the refresh carries (``version``: the latest). A
+    restarted server gets the latest directory and version again. ``pause``/``resume`` are
+    the servers' own (``POST /pause?mode=``, ``/resume``: vLLM's dev mode and ``ascent
+    serve`` agree)."""
 
     capabilities = frozenset(
         {
@@ -272,8 +272,7 @@ class PolicyServers(HTTPBackend):
     async def resume(self) -> None:
         await self._admin("POST", "/resume")
 
-    async def update_weights_from_disk(self, path: str, version: int | None = None) -> int:
-        version = self.version + 1 if version is None else version
+    async def update_weights_from_disk(self, path: str, version: int) -> int:
         await self._load(path, range(len(self.urls)), version)
         self.weights_path, self.version = path, version
         return version
@@ -281,7 +280,7 @@ class PolicyServers(HTTPBackend):
     async def refresh_weights(
         self,
         named_tensors: Iterable[tuple[str, Tensor]],
-        version: int | None = None,
+        version: int,
         *,
         alias: bool = False,
     ) -> int:

@@ -302,16 +302,16 @@ class NativeBackend(RolloutBackend):
         await asyncio.wrap_future(self._call(resume_now))
 
     async def update_weights(
-        self, named_tensors: Iterable[tuple[str, Tensor]], version: int | None = None
+        self, named_tensors: Iterable[tuple[str, Tensor]], version: int
     ) -> int:
         """Copy new weights in (between two decode steps: in-flight responses go on with
-        them); returns their version (``version``, else the last + 1)."""
+        them), numbered ``version``; returns it."""
         return await self.refresh_weights(named_tensors, version)
 
     async def refresh_weights(
         self,
         named_tensors: Iterable[tuple[str, Tensor]],
-        version: int | None = None,
+        version: int,
         *,
         alias: bool = False,
     ) -> int:
@@ -324,7 +324,7 @@ class NativeBackend(RolloutBackend):
         load = lambda: self.engine.load_weights(tensors, alias=alias, version=version)  # noqa: E731
         return await asyncio.wrap_future(self._call(load))
 
-    def weight_update(self, version: int | None = None) -> WeightReceiver:
+    def weight_update(self, version: int) -> WeightReceiver:
         """Buckets load straight into the engine while nothing else drives it (no step
         thread), else gathered first."""
         if self._thread is None:
@@ -335,7 +335,7 @@ class NativeBackend(RolloutBackend):
     def version(self) -> int:
         return self.engine.weight_version
 
-    async def update_weights_from_disk(self, path: str, version: int | None = None) -> int:
+    async def update_weights_from_disk(self, path: str, version: int) -> int:
         from ascent.rollout.weight_files import read_weights
 
         return await self.update_weights(read_weights(path), version)
@@ -382,7 +382,7 @@ class NativeBackend(RolloutBackend):
 
 
 class _StreamedWeights(WeightReceiver):
-    def __init__(self, update: WeightUpdate, version: int | None) -> None:
+    def __init__(self, update: WeightUpdate, version: int) -> None:
         self.update, self.version = update, version
 
     def load(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:

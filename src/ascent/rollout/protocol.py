@@ -220,15 +220,15 @@ class RolloutBackend:
 
     # Weight refresh: ``version`` is the trainer's number for the new weights, and every token
     # they sample carries it; the backend stamps what it is told and keeps no numbering of its
-    # own (None: its last version + 1, for callers that do not number weights).
+    # own (only a stand-alone ``ascent serve`` counts on for a client that sends none).
 
     async def update_weights(
-        self, named_tensors: Iterable[tuple[str, Tensor]], version: int | None = None
+        self, named_tensors: Iterable[tuple[str, Tensor]], version: int
     ) -> int:
         self._require(Capability.UPDATE_WEIGHTS_IN_PLACE)
         raise NotImplementedError
 
-    async def update_weights_from_disk(self, path: str, version: int | None = None) -> int:
+    async def update_weights_from_disk(self, path: str, version: int) -> int:
         self._require(Capability.UPDATE_WEIGHTS_FROM_DISK)
         raise NotImplementedError
 
@@ -256,18 +256,18 @@ class RolloutBackend:
     async def refresh_weights(
         self,
         named_tensors: Iterable[tuple[str, Tensor]],
-        version: int | None = None,
+        version: int,
         *,
         alias: bool = False,
     ) -> int:
-        """Replace every weight with ``named_tensors``, stamped ``version`` (None: the last
-        version + 1); returns it. Requests in flight never see half-new weights: they wait
-        where they are or go on under the new weights from the next token. ``alias``: the
-        caller will not change the tensors while this backend generates, so an in-process
-        engine may keep them instead of copying (others copy)."""
+        """Replace every weight with ``named_tensors``, stamped ``version``; returns it.
+        Requests in flight never see half-new weights: they wait where they are or go on
+        under the new weights from the next token. ``alias``: the caller will not change the
+        tensors while this backend generates, so an in-process engine may keep them instead
+        of copying (others copy)."""
         raise CapabilityError(f"the {self.name} cannot load new weights")
 
-    def weight_update(self, version: int | None = None) -> "WeightReceiver":
+    def weight_update(self, version: int) -> "WeightReceiver":
         """A refresh that arrives in parts (buckets from another device): by default gathered,
         then applied at once by ``refresh_weights`` when finished."""
         return GatheredWeights(self, version)
@@ -306,7 +306,7 @@ class GatheredWeights(WeightReceiver):
     """Buckets kept until the last, then one ``refresh_weights``: a server reloads whole, and
     an engine that is decoding never holds half-new weights."""
 
-    def __init__(self, backend: RolloutBackend, version: int | None) -> None:
+    def __init__(self, backend: RolloutBackend, version: int) -> None:
         self.backend, self.version = backend, version
         self.tensors: dict[str, Tensor] = {}
 

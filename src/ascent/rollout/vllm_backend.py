@@ -50,7 +50,7 @@ class VLLMBackend(PolicyServers):
     async def refresh_weights(
         self,
         named_tensors: Iterable[tuple[str, Tensor]],
-        version: int | None = None,
+        version: int,
         *,
         alias: bool = False,
     ) -> int:

@@ -14,11 +14,11 @@ DEFAULT_BUCKET_BYTES = 512 * 2**20
 def sync_weights(
     actor: WorkerGroup,
     rollout: WorkerGroup,
+    version: int,
     bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-    version: int | None = None,
 ) -> int:
-    """Refresh every rollout rank from the actor, the new weights numbered ``version`` (None:
-    the rollout's last version + 1); returns the rollout's new weight version."""
+    """Refresh every rollout rank from the actor, the new weights numbered ``version``;
+    returns the rollout's new weight version."""
     count = actor.weight_bucket_count(bucket_bytes)
     rollout.begin_weight_update(version)
     for index in range(count):

@@ -31,7 +31,10 @@ class Control:
     async def update_weights(self, request: Request) -> dict:
         body = await parse(request, UpdateWeightsRequest)
         try:
-            version = await self.backend.update_weights_from_disk(body.path, body.version)
+            version = body.version
+            if version is None:  # a stand-alone server counts on from its own version
+                version = await self.backend.weight_version() + 1
+            version = await self.backend.update_weights_from_disk(body.path, version)
         except (FileNotFoundError, KeyError, ValueError) as bad:
             raise RequestError(f"path: {bad}", "path") from None
         return {"weight_version": version}

@@ -155,10 +155,10 @@ class RolloutWorker(Worker):
 
     @register(Dispatch.ALL)
     def sync_from_colocated(
-        self, role: str = "actor", check: bool = False, version: int | None = None
+        self, role: str = "actor", check: bool = False, *, version: int
     ) -> dict:
         """Refresh from the ``role`` worker in this process; the new weights are ``version``
-        (the trainer's number for them; None: the last version + 1).
+        (the trainer's number for them).
 
         An unsharded actor (one rank, no LoRA to merge) offers its own tensors, which an idle
         in-process engine aliases (no copy) when dtype and device match; otherwise every
@@ -186,9 +186,9 @@ class RolloutWorker(Worker):
         return own, Capability.WEIGHT_ALIASING in self.backend.capabilities
 
     @register(Dispatch.ALL)
-    def begin_weight_update(self, version: int | None = None) -> None:
+    def begin_weight_update(self, version: int) -> None:
         """Start a refresh that arrives in buckets (``load_weight_bucket``); the new weights
-        will be ``version`` (None: the last version + 1)."""
+        will be ``version``."""
         self._update = self.backend.weight_update(version)
 
     @register(Dispatch.ALL)

@@ -113,7 +113,7 @@ class RLRun:
             self.rollout.sync_from_colocated("actor", version=self.weight_version)
         else:
             bucket_bytes = self.config.rollout.weight_bucket_bytes
-            sync_weights(self.actor, self.rollout, bucket_bytes, self.weight_version)
+            sync_weights(self.actor, self.rollout, self.weight_version, bucket_bytes)
 
     def validate(self) -> dict[str, float]:
         """Greedy answers to the validation prompts, scored (``validation.py``)."""

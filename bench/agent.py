@@ -35,6 +35,7 @@ from ascent.agents.environment import Environment, Step
 from ascent.agents.loop import AgentLimits, run_episodes
 from ascent.models import build_tiny_model, load_causal_lm, load_tokenizer
 from ascent.rollout.engine import NativeEngine
+from ascent.rollout.engine_settings import EngineLimits
 from ascent.rollout.native_backend import NativeBackend
 from ascent.rollout.protocol import render_chat
 from ascent.rollout.types import SamplingParams
@@ -196,9 +197,11 @@ def main():
     context = 64 + args.turns * (args.turn_tokens + 64)
     engine = NativeEngine(
         model,
-        max_num_seqs=SLOTS,
-        max_model_len=MAX_LEN,
-        kv_cache_bytes=max(SLOTS, args.episodes) * context * token_bytes,
+        EngineLimits(
+            max_num_seqs=SLOTS,
+            max_model_len=MAX_LEN,
+            kv_cache_bytes=max(SLOTS, args.episodes) * context * token_bytes,
+        ),
         tokenizer=tokenizer,
     )
     backend = NativeBackend(engine, tokenizer)

@@ -121,6 +121,7 @@ def main() -> None:
     from ascent.models.gguf import packaged_checkpoint
     from ascent.models.loading import load_causal_lm
     from ascent.rollout.engine import NativeEngine
+    from ascent.rollout.engine_settings import EngineLimits
     from ascent.rollout.vllm_server import vllm_python
 
     torch.set_num_threads(1)
@@ -128,7 +129,9 @@ def main() -> None:
     workloads = [tuple(int(x) for x in w.split("x")) for w in args.workloads]
     widest = max(c for c, _ in workloads)
     model = load_causal_lm(model_dir, dtype=torch.float32)
-    engine = NativeEngine(model, max_num_seqs=widest, max_model_len=args.max_model_len)
+    engine = NativeEngine(
+        model, EngineLimits(max_num_seqs=widest, max_model_len=args.max_model_len)
+    )
     engines = {"native": lambda p, n: native_run(engine, p, n)}
     vllm = None
     if not args.no_vllm:

@@ -26,6 +26,7 @@ import torch
 from ascent.models.gguf import packaged_checkpoint
 from ascent.models.loading import load_causal_lm
 from ascent.rollout.engine import NativeEngine
+from ascent.rollout.engine_settings import EngineLimits
 from ascent.rollout.types import SamplingParams
 from engine_speed import prompts_for  # the same workload (bench/ is on the path)
 
@@ -45,7 +46,9 @@ def main() -> None:
     prompts = prompts_for(args.concurrency)
     params = SamplingParams(n=2, temperature=1.0, max_new_tokens=args.new_tokens, seed=0)
     engines = {
-        length: NativeEngine(model, max_num_seqs=args.concurrency, max_model_len=length)
+        length: NativeEngine(
+            model, EngineLimits(max_num_seqs=args.concurrency, max_model_len=length)
+        )
         for length in args.lengths
     }
     seconds = {length: [] for length in args.lengths}

@@ -18,7 +18,7 @@ import torch
 
 from ascent.models import load_causal_lm
 from ascent.models.gguf import packaged_checkpoint
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.requests import EngineRequest
 
 GENERATED = 16  # tokens of the generation rows
@@ -75,7 +75,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     model = load_causal_lm(packaged_checkpoint("smollm2"))
-    engine = NativeEngine(model, max_num_seqs=4, max_model_len=1024)
+    engine = NativeEngine(model, EngineLimits(max_num_seqs=4, max_model_len=1024))
     rows = [measure(model, engine, length, args.repeats) for length in args.lengths]
     print(
         f"| prompt | score | prefill | score/prefill | transformers | "

@@ -24,6 +24,7 @@ import torch
 
 from ascent.models.loading import causal_lm_from_config
 from ascent.rollout.engine import NativeEngine
+from ascent.rollout.engine_settings import EngineLimits
 from ascent.rollout.hf_engine import TransformersEngine
 from ascent.rollout.types import SamplingParams
 
@@ -135,7 +136,9 @@ def main():
         sequences = max(32, 4 * concurrency)
         prompts = prompts_for(sequences // SAMPLES_PER_PROMPT)
         engines = {
-            "native": NativeEngine(model, max_num_seqs=concurrency, max_model_len=512),
+            "native": NativeEngine(
+                model, EngineLimits(max_num_seqs=concurrency, max_model_len=512)
+            ),
             "transformers": TransformersEngine(model, max_num_seqs=concurrency),
         }
         for engine in engines.values():  # warm-up

@@ -29,10 +29,10 @@ import torch
 
 from ascent.models import build_tiny_model, load_causal_lm
 from ascent.rollout.engine import NativeEngine
-from ascent.rollout.engine_settings import EngineSettings
-from ascent.rollout.server_process import ServerProcess, free_port
+from ascent.rollout.engine_settings import EngineLimits, EngineSettings
+from ascent.rollout.server_process import SERVED_NAME, ServerProcess, free_port
 from ascent.rollout.types import SamplingParams
-from ascent.rollout.vllm_server import SERVED_NAME, start_vllm_servers, vllm_python
+from ascent.rollout.vllm_server import start_vllm_servers, vllm_python
 
 SLOTS = 64
 
@@ -97,7 +97,9 @@ def main():
     )
     prompts = prompts_for(args.requests)
     max_len = 192 + args.max_new_tokens + 1
-    engine = NativeEngine(load_causal_lm(model_dir), max_num_seqs=SLOTS, max_model_len=max_len)
+    engine = NativeEngine(
+        load_causal_lm(model_dir), EngineLimits(max_num_seqs=SLOTS, max_model_len=max_len)
+    )
 
     port = free_port()
     command = [sys.executable, "-m", "ascent", "serve", model_dir, "--port", str(port)]

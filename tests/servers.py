@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ascent.rollout.engine_settings import EngineSettings
-from ascent.rollout.server_process import ServerProcess, free_port
+from ascent.rollout.server_process import SERVED_NAME, ServerProcess, free_port
 from ascent.rollout.vllm_backend import VLLMBackend
-from ascent.rollout.vllm_server import SERVED_NAME, start_vllm_servers
+from ascent.rollout.vllm_server import start_vllm_servers
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from ascent.agents.environment import Environment, Step, ToolEnvironment
 from ascent.agents.loop import TRUNCATED, AgentLimits, run_episodes
 from ascent.agents.tools import function_tool
 from ascent.models import load_causal_lm, load_tokenizer
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.native_backend import NativeBackend
 from tests.agents.test_conversation import sampled_runs
 
@@ -57,7 +57,9 @@ class Chatter(Environment):
 def backend(tiny_model):
     tokenizer = load_tokenizer(tiny_model)
     engine = NativeEngine(
-        load_causal_lm(tiny_model), max_num_seqs=32, max_model_len=1024, tokenizer=tokenizer
+        load_causal_lm(tiny_model),
+        EngineLimits(max_num_seqs=32, max_model_len=1024),
+        tokenizer=tokenizer,
     )
     return Recording(engine, tokenizer)
 

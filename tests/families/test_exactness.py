@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ascent.models import load_causal_lm, load_tokenizer
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.workers import ActorWorker
 from ascent.workers.rollout_samples import SampleRollouts
 from tests.families.models import NAMES
@@ -24,9 +24,9 @@ GREEDY = SamplingParams(temperature=0, max_new_tokens=12)
 PROMPTS = random_prompts([6, 13, 3, 30, 21], seed=4)
 
 
-def engine_for(path: str, **settings) -> NativeEngine:
-    settings = {"max_num_seqs": 16, "max_model_len": 96} | settings
-    return NativeEngine(load_causal_lm(path), model_dir=path, **settings)
+def engine_for(path: str, **limits) -> NativeEngine:
+    limits = EngineLimits(**{"max_num_seqs": 16, "max_model_len": 96} | limits)
+    return NativeEngine(load_causal_lm(path), limits, model_dir=path)
 
 
 @pytest.mark.parametrize("seats", [2, 16])

@@ -15,7 +15,7 @@ from ascent.models import load_causal_lm
 from ascent.models.families import FAMILIES, NoNativeFamily, family_of, native_family
 from ascent.models.families.attention import AttentionKernel
 from ascent.models.loading import causal_lm_from_config
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from tests.families.models import CONFIGS, NAMES
 from tests.families.test_exactness import PROMPTS, engine_for
 from tests.rollout.test_native_engine import hf_greedy
@@ -58,7 +58,7 @@ def test_what_the_native_engine_does_not_run_is_refused_naming_the_field():
     config.attn_logit_softcapping = 50.0
     model = causal_lm_from_config(config)
     with pytest.raises(ValueError, match=r"attn_logit_softcapping=50\.0 is not run"):
-        NativeEngine(model, max_num_seqs=2, max_model_len=64)
+        NativeEngine(model, EngineLimits(max_num_seqs=2, max_model_len=64))
 
 
 @pytest.mark.parametrize(("name", "windows"), [("gemma3", [8, None, 8]), ("mistral", [8, 8])])
@@ -85,7 +85,7 @@ def test_gemma3_rotates_each_layer_kind_with_its_own_base_and_caps_its_logits(fa
     model = load_causal_lm(family_checkpoint("gemma3")).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(300)  # logits far past the cap of 30 (tied: embeddings too)
-    runner = NativeEngine(model, max_num_seqs=2, max_model_len=64).runner
+    runner = NativeEngine(model, EngineLimits(max_num_seqs=2, max_model_len=64)).runner
     kinds = [layer.attention.rotation for layer in runner.layers]
     assert kinds == ["sliding_attention", "full_attention", "sliding_attention"]
     ids = torch.tensor([PROMPTS[3]])

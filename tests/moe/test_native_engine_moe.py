@@ -9,7 +9,7 @@ import torch
 from ascent.models import load_causal_lm
 from ascent.models.families.feed_forward import Experts, GatedMLP, SharedExperts
 from ascent.models.families.qwen_moe import feed_forward
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.workers import ActorWorker
 from ascent.workers.rollout_samples import SampleRollouts
 from tests.rollout.test_native_engine import hf_greedy
@@ -55,7 +55,7 @@ def test_a_shared_expert_block_equals_the_transformers_block(tiny_qwen2_moe):
 def test_greedy_equals_transformers(request, fixture, seats):
     model = load_causal_lm(request.getfixturevalue(fixture)).eval()
     expected = [hf_greedy(model, prompt, 16) for prompt in PROMPTS]
-    engine = NativeEngine(model, max_num_seqs=seats, max_model_len=128)
+    engine = NativeEngine(model, EngineLimits(max_num_seqs=seats, max_model_len=128))
     assert [s.token_ids for s in engine.generate(PROMPTS, GREEDY)] == expected
 
 
@@ -63,7 +63,7 @@ def test_sampled_log_probs_match_the_trainer(tiny_moe):
     batch = rl_batch(rows=6, seed=1).select("prompts", "uid")
     batch = batch.assign(prompt_mask=(batch["prompts"] != 0).long())  # left padding is 0
     prompts = [row[row != 0].tolist() for row in batch["prompts"]]
-    engine = NativeEngine(load_causal_lm(tiny_moe), max_num_seqs=8, max_model_len=128)
+    engine = NativeEngine(load_causal_lm(tiny_moe), EngineLimits(max_num_seqs=8, max_model_len=128))
     params = SamplingParams(temperature=1.0, max_new_tokens=10, n=2, seed=3)
     samples = engine.generate(prompts, params)
     rollouts = SampleRollouts(None, pad_id=0, weight_version=lambda: 0).collect(

@@ -9,7 +9,7 @@ import torch
 
 from ascent.models import load_causal_lm
 from ascent.moe.routing import RouterTape, routers_of
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 
 PROMPTS = [[5, 17, 33, 70, 71, 80, 90, 100], list(range(40, 75))]
 
@@ -34,7 +34,7 @@ def check_routes(model, prompt, sample):
 def test_samples_carry_the_routes_transformers_takes(request, fixture):
     path = request.getfixturevalue(fixture)
     model = load_causal_lm(path).eval()
-    engine = NativeEngine(load_causal_lm(path), max_num_seqs=4, max_model_len=96)
+    engine = NativeEngine(load_causal_lm(path), EngineLimits(max_num_seqs=4, max_model_len=96))
     params = SamplingParams(n=3, temperature=1.0, max_new_tokens=12, seed=0)
     first = engine.generate(PROMPTS, params)
     again = engine.generate(PROMPTS[:1], params)  # its prompt now comes from the prefix cache
@@ -47,7 +47,8 @@ def test_routes_survive_preemption(tiny_moe):
     model = load_causal_lm(tiny_moe).eval()
     block_bytes = 2 * 3 * 1 * 32 * 4 * 16  # keys and values, 3 layers x 1 head x 32, float32
     engine = NativeEngine(
-        load_causal_lm(tiny_moe), max_num_seqs=4, max_model_len=64, kv_cache_bytes=6 * block_bytes
+        load_causal_lm(tiny_moe),
+        EngineLimits(max_num_seqs=4, max_model_len=64, kv_cache_bytes=6 * block_bytes),
     )
     assert engine.cache.block_bytes == block_bytes
     params = SamplingParams(n=4, temperature=1.0, max_new_tokens=24, seed=1)
@@ -58,6 +59,8 @@ def test_routes_survive_preemption(tiny_moe):
 
 
 def test_a_dense_model_has_no_routes(tiny_model):
-    engine = NativeEngine(load_causal_lm(tiny_model), max_num_seqs=2, max_model_len=64)
+    engine = NativeEngine(
+        load_causal_lm(tiny_model), EngineLimits(max_num_seqs=2, max_model_len=64)
+    )
     sample = engine.generate(PROMPTS[:1], SamplingParams(max_new_tokens=4, seed=0))[0]
     assert sample.routed_experts is None

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ascent.models import load_causal_lm
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.trainer.rl.loop import train_rl
 from ascent.workers import ActorWorker
 from ascent.workers.rollout_samples import SampleRollouts
@@ -23,7 +23,9 @@ def rollouts_of(path, dtype=torch.float32):
     batch = rl_batch(rows=6, seed=1).select("prompts", "uid")
     batch = batch.assign(prompt_mask=(batch["prompts"] != 0).long())  # left padding is 0
     prompts = [row[row != 0].tolist() for row in batch["prompts"]]
-    engine = NativeEngine(load_causal_lm(path, dtype=dtype), max_num_seqs=8, max_model_len=128)
+    engine = NativeEngine(
+        load_causal_lm(path, dtype=dtype), EngineLimits(max_num_seqs=8, max_model_len=128)
+    )
     params = SamplingParams(temperature=1.0, max_new_tokens=10, n=2, seed=3)
     rollouts = SampleRollouts(None, pad_id=0, weight_version=lambda: 0).collect(
         batch, engine.generate(prompts, params), params

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ascent.models import load_causal_lm
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.vllm_backend import start_vllm_backend
 from ascent.rollout.vllm_server import vllm_python
 from ascent.workers.rollout import RolloutConfig
@@ -31,7 +31,9 @@ def vllm(tiny_moe, tmp_path_factory):
 
 
 def native(model):
-    return NativeEngine(model, max_num_seqs=4, max_model_len=256).generate(PROMPTS, GREEDY)
+    return NativeEngine(model, EngineLimits(max_num_seqs=4, max_model_len=256)).generate(
+        PROMPTS, GREEDY
+    )
 
 
 def test_greedy_equals_native_and_transformers(tiny_moe, vllm):

@@ -13,7 +13,7 @@ from ascent.data.sft import chat_example
 from ascent.models import load_causal_lm, load_tokenizer
 from ascent.quickstart import real_task
 from ascent.quickstart.tools_task import question, tool_call
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.native_backend import NativeBackend
 from ascent.rollout.protocol import TokenOut
 
@@ -36,7 +36,9 @@ class AskAgain(Environment):
 def test_sampled_episodes_are_the_templates_rendering(smollm2):
     tokenizer = load_tokenizer(smollm2)
     engine = NativeEngine(
-        load_causal_lm(smollm2), max_num_seqs=8, max_model_len=512, tokenizer=tokenizer
+        load_causal_lm(smollm2),
+        EngineLimits(max_num_seqs=8, max_model_len=512),
+        tokenizer=tokenizer,
     )
     backend = NativeBackend(engine, tokenizer)
     asks = [real_task.question((12, 7)), real_task.question((3, 5))]

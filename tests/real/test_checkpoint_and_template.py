@@ -13,7 +13,7 @@ from ascent.data.rl import RLDataConfig, load_rl_prompts
 from ascent.data.sft import chat_example
 from ascent.models import load_causal_lm, load_tokenizer
 from ascent.models.gguf import packaged_gguf
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
@@ -32,7 +32,9 @@ def test_the_checkpoint_is_a_tied_llama_that_knows_paris(smollm2):
         add_generation_prompt=True,
     )
     ids = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
-    engine = NativeEngine(model, max_num_seqs=1, max_model_len=128, tokenizer=tokenizer)
+    engine = NativeEngine(
+        model, EngineLimits(max_num_seqs=1, max_model_len=128), tokenizer=tokenizer
+    )
     [answer] = engine.generate(
         [ids],
         SamplingParams(temperature=0, max_new_tokens=12, stop_token_ids=[tokenizer.eos_token_id]),

@@ -8,7 +8,7 @@ every RL step: ``test_training``.)"""
 import pytest
 
 from ascent.models import load_causal_lm, load_tokenizer
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.hf_engine import TransformersEngine
 from ascent.rollout.http_backend import HTTPBackend
 from ascent.rollout.vllm_server import vllm_python
@@ -42,7 +42,9 @@ def native_run(smollm2):
         temperature=0, max_new_tokens=24, stop_token_ids=[tokenizer.eos_token_id]
     )
     model = load_causal_lm(smollm2)
-    native = NativeEngine(model, max_num_seqs=4, max_model_len=256).generate(prompts, greedy)
+    native = NativeEngine(model, EngineLimits(max_num_seqs=4, max_model_len=256)).generate(
+        prompts, greedy
+    )
     assert "Paris" in tokenizer.decode(native[0].token_ids)
     return prompts, greedy, model, [s.token_ids for s in native]
 

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 from ascent.cli import main
 from ascent.config import load_config
 from ascent.models import load_tokenizer
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.loop import train_rl
 
@@ -86,7 +86,7 @@ def check_tied_export(smollm2, run_dir, tmp_path):
         expected = model.generate(
             torch.tensor([ids]), do_sample=False, max_new_tokens=12, pad_token_id=0
         )[0, len(ids) :].tolist()
-    engine = NativeEngine(model, max_num_seqs=1, max_model_len=128)
+    engine = NativeEngine(model, EngineLimits(max_num_seqs=1, max_model_len=128))
     greedy = SamplingParams(
         temperature=0, max_new_tokens=12, stop_token_ids=[tokenizer.eos_token_id]
     )

@@ -10,7 +10,7 @@ import pytest
 
 from ascent.models import load_causal_lm, load_tokenizer
 from ascent.models.loading import causal_lm_from_config
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.background import BackgroundBackend
 from ascent.rollout.native_backend import NativeBackend
 
@@ -20,7 +20,7 @@ PROMPTS = [[1, 2, 3], [4, 5, 6]]
 
 def engine_of(model, tiny_model):
     return NativeEngine(
-        model, max_num_seqs=8, max_model_len=256, tokenizer=load_tokenizer(tiny_model)
+        model, EngineLimits(max_num_seqs=8, max_model_len=256), tokenizer=load_tokenizer(tiny_model)
     )
 
 

@@ -6,7 +6,7 @@ give exactly the tokens they give without it."""
 import pytest
 
 from ascent.models import load_causal_lm
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.requests import EngineRequest
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=12)
@@ -15,7 +15,7 @@ GOOD = [[5, 17, 33, 70], [100, 3, 9], [40, 41, 42, 43, 44]]
 
 @pytest.fixture
 def engine(tiny_model):
-    return NativeEngine(load_causal_lm(tiny_model), max_num_seqs=8, max_model_len=64)
+    return NativeEngine(load_causal_lm(tiny_model), EngineLimits(max_num_seqs=8, max_model_len=64))
 
 
 def test_token_ids_outside_the_vocabulary_are_refused_by_name(engine):
@@ -87,7 +87,7 @@ def test_a_failed_decode_step_fails_the_running_batch_and_the_engine_serves_on(e
 
 def test_a_batch_call_that_fails_leaves_none_of_its_requests_behind(engine):
     """Two prompts, one slot: the second still waits when the first one's decode fails."""
-    engine = NativeEngine(engine.model, max_num_seqs=1, max_model_len=64)
+    engine = NativeEngine(engine.model, EngineLimits(max_num_seqs=1, max_model_len=64))
     decode = engine.decode
 
     def fails(*args):

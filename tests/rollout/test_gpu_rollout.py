@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ascent.models import load_causal_lm
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from tests.rollout.test_native_engine import GREEDY, hf_greedy, random_prompts
 
 pytestmark = pytest.mark.gpu
@@ -14,8 +14,8 @@ pytestmark = pytest.mark.gpu
 def test_cuda_graph_decoding_equals_eager_and_transformers(tiny_model):
     model = load_causal_lm(tiny_model).cuda()
     prompts = random_prompts([3, 11, 5, 17, 4, 9, 2])
-    eager = NativeEngine(model, max_num_seqs=3, max_model_len=64, cuda_graphs=False)
-    graphed = NativeEngine(model, max_num_seqs=3, max_model_len=64, cuda_graphs=True)
+    eager = NativeEngine(model, EngineLimits(max_num_seqs=3, max_model_len=64, cuda_graphs=False))
+    graphed = NativeEngine(model, EngineLimits(max_num_seqs=3, max_model_len=64, cuda_graphs=True))
     eager_out = eager.generate(prompts, GREEDY)
     graphed_out = graphed.generate(prompts, GREEDY)
     assert graphed.graphs is not None and graphed.graphs.graphs, "graphs were captured"
@@ -29,7 +29,7 @@ def test_cuda_graph_decoding_equals_eager_and_transformers(tiny_model):
 
 def test_bf16_generation_and_sleep_returns_the_cache_memory(tiny_model):
     model = load_causal_lm(tiny_model, dtype=torch.bfloat16).cuda()
-    engine = NativeEngine(model, max_num_seqs=16, max_model_len=256)
+    engine = NativeEngine(model, EngineLimits(max_num_seqs=16, max_model_len=256))
     samples = engine.generate(
         random_prompts([8, 20]), SamplingParams(n=8, max_new_tokens=32, seed=0)
     )

@@ -8,7 +8,7 @@ import pytest
 
 from ascent.models import load_causal_lm, load_tokenizer
 from ascent.models.loading import causal_lm_from_config
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.native_backend import DEGRADED_AFTER, NativeBackend
 from ascent.rollout.protocol import Capability, CapabilityError, RolloutBackend, StreamedToken
 
@@ -19,8 +19,7 @@ GREEDY = SamplingParams(temperature=0, max_new_tokens=200)
 def backend(tiny_model):
     engine = NativeEngine(
         load_causal_lm(tiny_model),
-        max_num_seqs=8,
-        max_model_len=256,
+        EngineLimits(max_num_seqs=8, max_model_len=256),
         tokenizer=load_tokenizer(tiny_model),
     )
     return NativeBackend(engine)

@@ -6,7 +6,7 @@ import torch
 
 from ascent.models import load_causal_lm, load_tokenizer
 from ascent.models.loading import causal_lm_from_config
-from ascent.rollout import NativeEngine, SamplingParams, TransformersEngine
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams, TransformersEngine
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=12)
 
@@ -51,7 +51,9 @@ def test_greedy_equals_transformers_token_for_token(tiny_model, slots):
     """slots=2 with 7 prompts: sequences join mid-flight as others finish."""
     model = load_causal_lm(tiny_model)
     prompts = random_prompts([3, 11, 5, 17, 4, 9, 2])
-    engine = NativeEngine(load_causal_lm(tiny_model), max_num_seqs=slots, max_model_len=64)
+    engine = NativeEngine(
+        load_causal_lm(tiny_model), EngineLimits(max_num_seqs=slots, max_model_len=64)
+    )
     samples = engine.generate(prompts, GREEDY)
     assert [s.prompt_index for s in samples] == list(range(7))
     for sample in samples:
@@ -63,13 +65,17 @@ def test_greedy_equals_transformers_token_for_token(tiny_model, slots):
 def test_other_llama_family_architectures(name):
     model = architectures()[name]()
     prompts = random_prompts([6, 13, 3], seed=4)
-    samples = NativeEngine(model, max_num_seqs=2, max_model_len=64).generate(prompts, GREEDY)
+    samples = NativeEngine(model, EngineLimits(max_num_seqs=2, max_model_len=64)).generate(
+        prompts, GREEDY
+    )
     for sample in samples:
         assert sample.token_ids == hf_greedy(model, prompts[sample.prompt_index], 12)
 
 
 def test_same_seed_same_samples_and_n_samples_share_a_prompt(tiny_model):
-    engine = NativeEngine(load_causal_lm(tiny_model), max_num_seqs=5, max_model_len=64)
+    engine = NativeEngine(
+        load_causal_lm(tiny_model), EngineLimits(max_num_seqs=5, max_model_len=64)
+    )
     prompts = random_prompts([4, 8, 6])
     params = SamplingParams(n=4, temperature=1.0, max_new_tokens=10, seed=7)
     first = engine.generate(prompts, params)
@@ -111,7 +117,7 @@ def test_sampling_follows_the_restricted_softmax(tiny_model, top_k, top_p):
         logits = model(torch.tensor([prompt])).logits[0, -1]
     temperature, draws = 0.8, 6000
     expected = reference_distribution(logits, temperature, top_k, top_p)
-    engine = NativeEngine(model, max_num_seqs=64, max_model_len=32)
+    engine = NativeEngine(model, EngineLimits(max_num_seqs=64, max_model_len=32))
     params = SamplingParams(
         n=draws, temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=1, seed=11
     )
@@ -135,7 +141,9 @@ def test_sampling_follows_the_restricted_softmax(tiny_model, top_k, top_p):
 def test_stop_tokens_stop_strings_and_lengths(tiny_model):
     tokenizer = load_tokenizer(tiny_model)
     engine = NativeEngine(
-        load_causal_lm(tiny_model), max_num_seqs=4, max_model_len=40, tokenizer=tokenizer
+        load_causal_lm(tiny_model),
+        EngineLimits(max_num_seqs=4, max_model_len=40),
+        tokenizer=tokenizer,
     )
     prompts = random_prompts([5, 30])
     free = engine.generate(prompts, SamplingParams(temperature=0, max_new_tokens=16))
@@ -167,8 +175,10 @@ def test_kv_cache_budget_and_sleep(tiny_model):
     per_block = 2 * 2 * 2 * 16 * 16 * 4  # layers x (k, v) x kv heads x block x head dim x fp32
     prompts = random_prompts([4, 7, 5, 6, 3, 30, 2, 9])
     greedy = SamplingParams(temperature=0, max_new_tokens=40)
-    roomy = NativeEngine(model, max_num_seqs=8, max_model_len=64)
-    tight = NativeEngine(model, max_num_seqs=8, max_model_len=64, kv_cache_bytes=7 * per_block)
+    roomy = NativeEngine(model, EngineLimits(max_num_seqs=8, max_model_len=64))
+    tight = NativeEngine(
+        model, EngineLimits(max_num_seqs=8, max_model_len=64, kv_cache_bytes=7 * per_block)
+    )
     assert tight.cache.limit == 7
     expected = roomy.generate(prompts, greedy)
     before = tight.generate(prompts, greedy)
@@ -180,12 +190,14 @@ def test_kv_cache_budget_and_sleep(tiny_model):
     assert tight.cache.awake
     assert [s.token_ids for s in before] == [s.token_ids for s in after]
     with pytest.raises(ValueError, match="holds no sequence"):
-        NativeEngine(model, max_num_seqs=8, max_model_len=64, kv_cache_bytes=4 * per_block)
+        NativeEngine(
+            model, EngineLimits(max_num_seqs=8, max_model_len=64, kv_cache_bytes=4 * per_block)
+        )
 
 
 def test_bad_requests_are_explained(tiny_model):
     model = load_causal_lm(tiny_model)
-    engine = NativeEngine(model, max_num_seqs=2, max_model_len=16)
+    engine = NativeEngine(model, EngineLimits(max_num_seqs=2, max_model_len=16))
     with pytest.raises(ValueError, match="prompt 1 has 20 tokens"):
         engine.generate([[1, 2], list(range(20))], GREEDY)
     with pytest.raises(ValueError, match="stop strings need"):
@@ -200,7 +212,9 @@ def test_bad_requests_are_explained(tiny_model):
 def test_transformers_reference_engine_agrees_on_greedy(tiny_model):
     prompts = random_prompts([3, 11, 5])
     model = load_causal_lm(tiny_model)
-    native = NativeEngine(model, max_num_seqs=4, max_model_len=64).generate(prompts, GREEDY)
+    native = NativeEngine(model, EngineLimits(max_num_seqs=4, max_model_len=64)).generate(
+        prompts, GREEDY
+    )
     reference = TransformersEngine(model, max_num_seqs=2).generate(prompts, GREEDY)
     assert [s.token_ids for s in native] == [s.token_ids for s in reference]
     for a, b in zip(native, reference, strict=True):
@@ -211,7 +225,7 @@ def test_loaded_weights_carry_the_version_they_are_given(tiny_model):
     """Tokens record the version the caller gives the weights (the engine keeps no
     numbering of its own: a refresh without a version is an error)."""
     model = load_causal_lm(tiny_model)
-    engine = NativeEngine(model, max_num_seqs=4, max_model_len=256)
+    engine = NativeEngine(model, EngineLimits(max_num_seqs=4, max_model_len=256))
     greedy = SamplingParams(temperature=0, max_new_tokens=4)
     assert engine.load_weights(model.named_parameters(), version=7) == 7
     assert set(engine.generate([[5, 6, 7]], greedy)[0].weight_versions) == {7}

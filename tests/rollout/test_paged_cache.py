@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ascent.models import load_causal_lm
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.kv_blocks import BlockAllocator
 from ascent.rollout.requests import EngineRequest
 
@@ -49,7 +49,7 @@ def test_blocks_are_shared_released_cached_and_evicted_oldest_first():
 
 
 def test_the_samples_of_a_prompt_share_its_full_blocks(model):
-    engine = NativeEngine(model, max_num_seqs=8, max_model_len=128)
+    engine = NativeEngine(model, EngineLimits(max_num_seqs=8, max_model_len=128))
     sampled = SamplingParams(n=8, temperature=1.0, max_new_tokens=8, seed=0)
     engine.generate(random_prompts([40]), sampled)
     # 40 tokens: 2 full blocks of 16, shared, and the partial third copied per sample; the
@@ -59,7 +59,7 @@ def test_the_samples_of_a_prompt_share_its_full_blocks(model):
 
 
 def test_a_later_turn_prefills_only_its_new_tokens(model, tiny_model):
-    engine = NativeEngine(model, max_num_seqs=4, max_model_len=128)
+    engine = NativeEngine(model, EngineLimits(max_num_seqs=4, max_model_len=128))
     admission = engine.scheduler.admission
     prompt = random_prompts([40])[0]
     response = engine.generate([prompt], GREEDY)[0].token_ids
@@ -69,14 +69,16 @@ def test_a_later_turn_prefills_only_its_new_tokens(model, tiny_model):
     reused = engine.generate([next_turn], GREEDY)[0]
     assert admission.prefilled_tokens - before == len(next_turn) - 48
     assert admission.reused_tokens == 48
-    fresh = NativeEngine(load_causal_lm(tiny_model), max_num_seqs=4, max_model_len=128)
+    fresh = NativeEngine(
+        load_causal_lm(tiny_model), EngineLimits(max_num_seqs=4, max_model_len=128)
+    )
     expected = fresh.generate([next_turn], GREEDY)[0]
     assert reused.token_ids == expected.token_ids
     assert max(abs(a - b) for a, b in zip(reused.log_probs, expected.log_probs, strict=True)) < 1e-4
 
 
 def test_a_turn_continues_from_the_partial_block_its_context_ended_in(model, tiny_model):
-    engine = NativeEngine(model, max_num_seqs=4, max_model_len=128)
+    engine = NativeEngine(model, EngineLimits(max_num_seqs=4, max_model_len=128))
     admission = engine.scheduler.admission
     prompt = random_prompts([40])[0]
     short = SamplingParams(temperature=0, max_new_tokens=5)
@@ -86,7 +88,9 @@ def test_a_turn_continues_from_the_partial_block_its_context_ended_in(model, tin
     before = admission.prefilled_tokens
     reused = engine.generate([next_turn], GREEDY)[0]
     assert admission.prefilled_tokens - before == len(next_turn) - 44 == 8
-    fresh = NativeEngine(load_causal_lm(tiny_model), max_num_seqs=4, max_model_len=128)
+    fresh = NativeEngine(
+        load_causal_lm(tiny_model), EngineLimits(max_num_seqs=4, max_model_len=128)
+    )
     assert reused.token_ids == fresh.generate([next_turn], GREEDY)[0].token_ids
     # The partial block was copied, not written: the first context is still found whole.
     again = engine.generate([prompt + response[:4] + [1, 2, 3]], short)
@@ -94,7 +98,7 @@ def test_a_turn_continues_from_the_partial_block_its_context_ended_in(model, tin
 
 
 def test_new_weights_make_the_cached_prefixes_stale(model):
-    engine = NativeEngine(model, max_num_seqs=4, max_model_len=128)
+    engine = NativeEngine(model, EngineLimits(max_num_seqs=4, max_model_len=128))
     prompt = random_prompts([40])[0]
     engine.generate([prompt], GREEDY)
     engine.generate([prompt], GREEDY)
@@ -109,7 +113,7 @@ def test_memory_follows_the_live_tokens_not_max_model_len(model):
     sampled = SamplingParams(n=2, temperature=1.0, max_new_tokens=48, seed=3)
     figures = []
     for max_model_len in (256, 8192):
-        engine = NativeEngine(model, max_num_seqs=16, max_model_len=max_model_len)
+        engine = NativeEngine(model, EngineLimits(max_num_seqs=16, max_model_len=max_model_len))
         samples = engine.generate(prompts, sampled)
         cache = engine.cache
         figures.append((cache.bytes, cache.peak_blocks, [s.token_ids for s in samples]))
@@ -122,8 +126,10 @@ def test_the_smallest_budget_serves_many_samples_of_a_long_prompt(model):
     """A budget of one whole sequence (and its next block): samples run one or two at a
     time, and the queue never stalls."""
     per_block = model.config.num_hidden_layers * 2 * 2 * 16 * 16 * 4
-    engine = NativeEngine(model, max_num_seqs=4, max_model_len=64, kv_cache_bytes=5 * per_block)
-    roomy = NativeEngine(model, max_num_seqs=4, max_model_len=64)
+    engine = NativeEngine(
+        model, EngineLimits(max_num_seqs=4, max_model_len=64, kv_cache_bytes=5 * per_block)
+    )
+    roomy = NativeEngine(model, EngineLimits(max_num_seqs=4, max_model_len=64))
     prompt = random_prompts([40])
     params = SamplingParams(n=4, temperature=0, max_new_tokens=23)
     got = engine.generate(prompt, params)
@@ -133,7 +139,9 @@ def test_the_smallest_budget_serves_many_samples_of_a_long_prompt(model):
 
 def test_a_preempted_sequence_that_is_aborted_returns_its_tokens(model):
     per_block = model.config.num_hidden_layers * 2 * 2 * 16 * 16 * 4
-    engine = NativeEngine(model, max_num_seqs=4, max_model_len=64, kv_cache_bytes=6 * per_block)
+    engine = NativeEngine(
+        model, EngineLimits(max_num_seqs=4, max_model_len=64, kv_cache_bytes=6 * per_block)
+    )
     done = []
     requests = [
         EngineRequest(prompt, SamplingParams(temperature=0, max_new_tokens=60), done.append)
@@ -232,11 +240,11 @@ def test_without_the_kernel_the_engine_gathers_and_agrees(model, monkeypatch):
     from ascent.rollout import kernels
 
     prompt = random_prompts([40])[0]
-    with_kernel = NativeEngine(model, max_num_seqs=4, max_model_len=128)
+    with_kernel = NativeEngine(model, EngineLimits(max_num_seqs=4, max_model_len=128))
     first = with_kernel.generate([prompt], GREEDY)[0].token_ids
     expected = with_kernel.generate([prompt + first + [7, 8, 9]], GREEDY)[0]
     monkeypatch.setitem(kernels._state, "library", None)
-    gathered = NativeEngine(model, max_num_seqs=4, max_model_len=128)
+    gathered = NativeEngine(model, EngineLimits(max_num_seqs=4, max_model_len=128))
     assert gathered.generate([prompt], GREEDY)[0].token_ids == first
     got = gathered.generate([prompt + first + [7, 8, 9]], GREEDY)[0]
     assert gathered.scheduler.admission.reused_tokens > 0

@@ -11,7 +11,7 @@ import torch
 
 from ascent.models import load_causal_lm
 from ascent.models.loading import causal_lm_from_config
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.backends import start_backend
 from ascent.rollout.background import BackgroundBackend
 from ascent.rollout.serve_backend import ServeBackend
@@ -34,7 +34,7 @@ def served(tiny_model):
 
 
 def native(model) -> NativeEngine:
-    return NativeEngine(model, max_num_seqs=4, max_model_len=2048)
+    return NativeEngine(model, EngineLimits(max_num_seqs=4, max_model_len=2048))
 
 
 def load(backend: ServeBackend, model, directory, version: int = 1) -> int:

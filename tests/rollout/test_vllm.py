@@ -11,7 +11,7 @@ import pytest
 
 from ascent.models import build_tiny_model, load_causal_lm
 from ascent.models.loading import causal_lm_from_config
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.http_backend import HTTPBackend
 from ascent.rollout.server_process import ServerDied
 from ascent.rollout.vllm_server import start_vllm_servers, vllm_python
@@ -45,7 +45,9 @@ def vllm(model_dir, tmp_path_factory):
 
 
 def test_greedy_tokens_and_log_probs_agree_in_process_served_and_vllm(vllm, model_dir, tmp_path):
-    engine = NativeEngine(load_causal_lm(model_dir), max_num_seqs=4, max_model_len=256)
+    engine = NativeEngine(
+        load_causal_lm(model_dir), EngineLimits(max_num_seqs=4, max_model_len=256)
+    )
     native = engine.generate(PROMPTS, GREEDY)
     with ascent_serve(model_dir, tmp_path / "serve.log", "--max-model-len", "256") as served:
         ascent_http = HTTPBackend([served.url], model_dir)  # the same OpenAI token-in protocol
@@ -69,7 +71,9 @@ def test_weight_refresh_changes_generations_and_the_old_weights_restore_them(
         )
     )
     changed = vllm.generate_batch(PROMPTS, GREEDY)
-    expected = NativeEngine(other, max_num_seqs=4, max_model_len=256).generate(PROMPTS, GREEDY)
+    expected = NativeEngine(other, EngineLimits(max_num_seqs=4, max_model_len=256)).generate(
+        PROMPTS, GREEDY
+    )
     assert [s.token_ids for s in changed] == [s.token_ids for s in expected]
     assert [s.token_ids for s in changed] != [s.token_ids for s in before]
     assert {s.weight_version for s in changed} == {version}
@@ -149,7 +153,9 @@ def test_a_weight_update_in_flight_holds_requests_and_they_finish(vllm, model_di
     assert version == started + 1
     assert {s.finish_reason for s in held} <= {"length", "stop"}, "held, not aborted"
     assert {s.weight_version for s in held} == {started}
-    expected = NativeEngine(other, max_num_seqs=4, max_model_len=256).generate(PROMPTS, GREEDY)
+    expected = NativeEngine(other, EngineLimits(max_num_seqs=4, max_model_len=256)).generate(
+        PROMPTS, GREEDY
+    )
     assert [s.token_ids for s in after] == [s.token_ids for s in expected]
     assert {s.weight_version for s in after} == {version}
 

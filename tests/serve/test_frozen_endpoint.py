@@ -7,7 +7,7 @@ import torch
 from ascent.batch import Batch
 from ascent.controller import ResourcePool, Role, spawn_groups
 from ascent.models import load_causal_lm
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.workers import ActorConfig, ActorWorker
 from ascent.workers.rollout import RolloutConfig, RolloutWorker
 
@@ -36,7 +36,7 @@ def test_the_rollout_role_generates_through_an_endpoint_and_refuses_weights(serv
         padded = torch.tensor([[0, *prompts[0]], prompts[1]])
         batch = Batch.from_dict({"prompts": padded, "prompt_mask": mask, "uid": ["a", "b"]})
         out = groups["rollout"].generate(batch)
-        local = NativeEngine(load_causal_lm(tiny_model), max_model_len=64).generate(
+        local = NativeEngine(load_causal_lm(tiny_model), EngineLimits(max_model_len=64)).generate(
             prompts, SamplingParams(n=2, max_new_tokens=6, temperature=0, stop_token_ids=[258])
         )
         for row, sample in enumerate(local):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ascent.models import load_causal_lm, load_tokenizer
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.requests import EngineRequest
 from ascent.rollout.sampling import distribution
 from ascent.rollout.scoring import score_tokens
@@ -38,7 +38,7 @@ def client(served):
 
 @pytest.mark.parametrize("rows_per_slice", [256, 3])
 def test_scoring_equals_a_transformers_forward(model, reference, rows_per_slice):
-    engine = NativeEngine(model, max_num_seqs=2, max_model_len=64)
+    engine = NativeEngine(model, EngineLimits(max_num_seqs=2, max_model_len=64))
     scores = score_tokens(engine.runner, IDS, 4, rows_per_slice=rows_per_slice)
     assert scores.log_probs[0] is None and scores.top[0] is None
     expected = reference[:-1].gather(-1, torch.tensor(IDS[1:])[:, None]).squeeze(-1)
@@ -63,7 +63,7 @@ def generate(engine, prompt, sampling, top_logprobs):
 
 
 def test_the_engine_keeps_each_tokens_alternatives_from_its_sampling_distribution(model):
-    engine = NativeEngine(model, max_num_seqs=2, max_model_len=64)
+    engine = NativeEngine(model, EngineLimits(max_num_seqs=2, max_model_len=64))
     sampling = SamplingParams(temperature=0.7, top_k=3, max_new_tokens=6, seed=2)
     sample = generate(engine, IDS[:5], sampling, top_logprobs=5)
     ids = IDS[:5] + sample.token_ids
@@ -85,7 +85,7 @@ def test_the_engine_keeps_each_tokens_alternatives_from_its_sampling_distributio
 
 
 def test_teacher_forced_scoring_agrees_with_what_the_engine_sampled(model):
-    engine = NativeEngine(model, max_num_seqs=2, max_model_len=64)
+    engine = NativeEngine(model, EngineLimits(max_num_seqs=2, max_model_len=64))
     [sample] = engine.generate([IDS[:5]], SamplingParams(temperature=0, max_new_tokens=8))
     scores = engine.score(IDS[:5] + sample.token_ids, 2)
     assert scores.log_probs[5:] == pytest.approx(sample.log_probs, abs=1e-4)

@@ -13,7 +13,7 @@ import torch
 
 from ascent.models import load_causal_lm, load_tokenizer
 from ascent.models.loading import causal_lm_from_config
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.weight_files import write_weights
 
 pytestmark = pytest.mark.integration
@@ -31,7 +31,9 @@ def test_models_lists_the_served_name(client):
 
 
 def test_greedy_tokens_and_log_probs_equal_the_engine_in_process(client, tiny_model):
-    engine = NativeEngine(load_causal_lm(tiny_model), max_num_seqs=4, max_model_len=512)
+    engine = NativeEngine(
+        load_causal_lm(tiny_model), EngineLimits(max_num_seqs=4, max_model_len=512)
+    )
     local = engine.generate(PROMPTS, SamplingParams(temperature=0, max_new_tokens=12))
     served = client.completions.create(
         model="tiny", prompt=PROMPTS, max_tokens=12, temperature=0, logprobs=0

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ascent.models import load_causal_lm
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.vision.processing import VisionProcessor
 from ascent.workers import ActorWorker
 from ascent.workers.rollout_samples import SampleRollouts, prompt_ids
@@ -63,7 +63,9 @@ def expected(tiny_vlm, rows):
 def test_greedy_with_images_equals_transformers(tiny_vlm, rows, expected, seats):
     prompts, images = rows
     engine = NativeEngine(
-        load_causal_lm(tiny_vlm), max_num_seqs=seats, max_model_len=128, model_dir=tiny_vlm
+        load_causal_lm(tiny_vlm),
+        EngineLimits(max_num_seqs=seats, max_model_len=128),
+        model_dir=tiny_vlm,
     )
     samples = engine.generate(prompts, GREEDY, images)
     assert [s.token_ids for s in samples] == expected
@@ -75,9 +77,11 @@ def test_preempted_image_sequences_resume_exactly(tiny_vlm, rows):
     prompts, images = rows
     model = load_causal_lm(tiny_vlm)
     longer = SamplingParams(temperature=0, max_new_tokens=40)
-    roomy = NativeEngine(model, max_num_seqs=6, max_model_len=96, model_dir=tiny_vlm)
+    roomy = NativeEngine(model, EngineLimits(max_num_seqs=6, max_model_len=96), model_dir=tiny_vlm)
     tight = NativeEngine(
-        model, max_num_seqs=6, max_model_len=96, kv_cache_bytes=9 * PER_BLOCK, model_dir=tiny_vlm
+        model,
+        EngineLimits(max_num_seqs=6, max_model_len=96, kv_cache_bytes=9 * PER_BLOCK),
+        model_dir=tiny_vlm,
     )
     expected = [s.token_ids for s in roomy.generate(prompts, longer, images)]
     assert [s.token_ids for s in tight.generate(prompts, longer, images)] == expected
@@ -92,9 +96,9 @@ def test_the_prefix_cache_tells_images_apart(tiny_vlm, rows, expected):
     assert prompt_ids(other)[0] == prompts[0] and other["images"][0] != images[0]
     engine = NativeEngine(
         load_causal_lm(tiny_vlm),
-        max_num_seqs=4,
-        max_model_len=128,
-        kv_cache_bytes=64 * PER_BLOCK,  # room for both: nothing evicted
+        EngineLimits(
+            max_num_seqs=4, max_model_len=128, kv_cache_bytes=64 * PER_BLOCK
+        ),  # room for both: nothing evicted
         model_dir=tiny_vlm,
     )
     first = engine.generate([prompts[0]], GREEDY, [images[0]])[0].token_ids
@@ -108,10 +112,12 @@ def test_the_prefix_cache_tells_images_apart(tiny_vlm, rows, expected):
 
 def test_a_text_model_refuses_images_and_counts_must_match(tiny_vlm, tiny_model, rows):
     prompts, images = rows
-    text = NativeEngine(load_causal_lm(tiny_model), max_model_len=128)
+    text = NativeEngine(load_causal_lm(tiny_model), EngineLimits(max_model_len=128))
     with pytest.raises(ValueError, match=r"prompt 0 has images but .* not a vision-language"):
         text.generate([[1, 2, 3]], GREEDY, [images[0]])
-    engine = NativeEngine(load_causal_lm(tiny_vlm), max_model_len=128, model_dir=tiny_vlm)
+    engine = NativeEngine(
+        load_causal_lm(tiny_vlm), EngineLimits(max_model_len=128), model_dir=tiny_vlm
+    )
     with pytest.raises(
         ValueError, match=r"prompt 0 has \d+ image tokens but its 2 image\(s\) take \d+"
     ):
@@ -125,7 +131,9 @@ def test_sampled_log_probs_match_the_trainer(tiny_vlm, rows):
         "prompts", "prompt_mask", "images", "uid"
     )
     engine = NativeEngine(
-        load_causal_lm(tiny_vlm), max_num_seqs=8, max_model_len=128, model_dir=tiny_vlm
+        load_causal_lm(tiny_vlm),
+        EngineLimits(max_num_seqs=8, max_model_len=128),
+        model_dir=tiny_vlm,
     )
     params = SamplingParams(temperature=1.0, max_new_tokens=10, n=2, seed=3)
     samples = engine.generate(prompts, params, images)

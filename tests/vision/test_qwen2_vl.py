@@ -5,7 +5,7 @@ transformers' ``generate``."""
 import torch
 
 from ascent.models import load_causal_lm
-from ascent.rollout import NativeEngine
+from ascent.rollout import EngineLimits, NativeEngine
 from ascent.vision.processing import VisionProcessor
 from ascent.workers import ActorWorker
 from ascent.workers.rollout_samples import prompt_ids
@@ -28,7 +28,9 @@ def test_qwen2_vl_log_probs_and_greedy_match_transformers(tiny_qwen2_vl):
     assert type(model).__name__ == "Qwen2VLForConditionalGeneration"
     processor = VisionProcessor(tiny_qwen2_vl)
     prompts, images = prompt_ids(batch), batch["images"]
-    engine = NativeEngine(load_causal_lm(tiny_qwen2_vl), max_model_len=128, model_dir=tiny_qwen2_vl)
+    engine = NativeEngine(
+        load_causal_lm(tiny_qwen2_vl), EngineLimits(max_model_len=128), model_dir=tiny_qwen2_vl
+    )
     samples = engine.generate(prompts, GREEDY, images)
     for sample, prompt, urls in zip(samples, prompts, images, strict=True):
         assert sample.token_ids == transformers_greedy(model, processor, prompt, urls, 12)

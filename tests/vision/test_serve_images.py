@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from ascent.models import load_causal_lm
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.workers.rollout_samples import prompt_ids
 from tests.servers import ascent_serve
 from tests.vision.data import png_bytes, vision_rl_batch
@@ -46,7 +46,9 @@ def test_chat_with_an_image_equals_the_engine_in_process(client, tiny_vlm):
     )
     choice = reply.choices[0]
     assert choice.model_extra["prompt_token_ids"] == prompt_ids(batch)[0]
-    engine = NativeEngine(load_causal_lm(tiny_vlm), max_model_len=256, model_dir=tiny_vlm)
+    engine = NativeEngine(
+        load_causal_lm(tiny_vlm), EngineLimits(max_model_len=256), model_dir=tiny_vlm
+    )
     greedy = SamplingParams(temperature=0, max_new_tokens=8)
     [expected] = engine.generate(prompt_ids(batch), greedy, batch["images"])
     assert choice.model_extra["token_ids"] == expected.token_ids

@@ -10,7 +10,7 @@ import pytest
 
 from ascent.models import load_causal_lm
 from ascent.models.tiny_vlm import build_tiny_vlm
-from ascent.rollout import NativeEngine, SamplingParams
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.vllm_server import vllm_python
 from ascent.rollout.weight_files import write_weights
 from ascent.trainer.rl.loop import train_rl
@@ -48,7 +48,9 @@ def vllm(tiny_vlm, tmp_path_factory):
 
 
 def native_greedy(model, model_dir, rows):
-    engine = NativeEngine(model, max_num_seqs=4, max_model_len=256, model_dir=model_dir)
+    engine = NativeEngine(
+        model, EngineLimits(max_num_seqs=4, max_model_len=256), model_dir=model_dir
+    )
     return engine.generate(rows[0], GREEDY, rows[1])
 
 

@@ -6,7 +6,7 @@ for each further sample, and one spare block per admitted sample (its next write
 fresh admission is not preempted by the very next decode step. When nothing runs, the job at
 the head is admitted (one sample) whatever the spare: the budget always holds one whole
 sequence, so the queue cannot stall. Jobs are prefilled together up to
-``max_prefill_tokens`` new tokens (at least one job), fresh prompts and prompts that
+``MAX_PREFILL_TOKENS`` new tokens (at least one job), fresh prompts and prompts that
 continue cached context in separate passes (causal SDPA for the first, attention over
 blocks for the second). A job with more samples than free seats or blocks starts as many as
 fit; the rest wait and, when admitted, find the prompt's full blocks in the prefix cache.
@@ -23,6 +23,10 @@ from torch import Tensor
 from ascent.rollout.decoder import PrefillChunk
 from ascent.rollout.kv_cache import PagedKVCache
 from ascent.rollout.sequence import PrefillJob, Running
+
+# New tokens prefilled together in one pass (a job longer than this still goes alone): what
+# bounds a prefill's activations, not a knob a run needs to turn.
+MAX_PREFILL_TOKENS = 8192
 
 
 @dataclass(eq=False)
@@ -44,11 +48,9 @@ class Admission:
         self,
         cache: PagedKVCache,
         prefill: Callable[[PrefillChunk], Tensor],
-        max_prefill_tokens: int,
         max_model_len: int,
     ) -> None:
-        self.cache, self.prefill = cache, prefill
-        self.max_prefill_tokens, self.max_model_len = max_prefill_tokens, max_model_len
+        self.cache, self.prefill, self.max_model_len = cache, prefill, max_model_len
         self.prefilled_tokens = 0  # positions computed by prefill (cached ones excluded)
         self.reused_tokens = 0  # positions taken from the prefix cache instead
         self.log: list[tuple[int, int]] | None = None  # a list: (context, computed) per job
@@ -79,7 +81,7 @@ class Admission:
 
     def _plan(self, waiting: deque[PrefillJob], seats: int, running: int) -> list[Planned]:
         cache, size = self.cache, self.cache.block_size
-        planned, tokens_budget = [], self.max_prefill_tokens
+        planned, tokens_budget = [], MAX_PREFILL_TOKENS
         while waiting and seats > 0:
             job = waiting[0]
             tokens = job.tokens

@@ -21,7 +21,12 @@ from torch import Tensor, nn
 
 from ascent.models.loading import load_causal_lm
 from ascent.rollout.decoder import DecoderRunner
-from ascent.rollout.engine_settings import TRAINING_ONLY, EngineSettings, generation_dtype
+from ascent.rollout.engine_settings import (
+    TRAINING_ONLY,
+    EngineLimits,
+    EngineSettings,
+    generation_dtype,
+)
 from ascent.rollout.kv_cache import PagedKVCache
 from ascent.rollout.requests import EngineRequest
 from ascent.rollout.scheduler import Scheduler
@@ -42,18 +47,13 @@ def load_generation_model(settings: EngineSettings, device: torch.device) -> nn.
 
 class NativeEngine:
     """Generates from a transformers ``model`` of a native family (``ascent.models.families``;
-    its tensors are read in place).
-    ``NativeEngine.load`` builds one from ``EngineSettings``; the arguments here are theirs.
+    its tensors are read in place), within ``limits`` (``EngineLimits``, whose fields and
+    defaults are the engine settings' own; ``dtype`` is applied where a checkpoint is
+    loaded: ``NativeEngine.load`` builds one from ``EngineSettings``).
 
-    max_num_seqs: sequences decoded at once.
-    max_model_len: prompt + response limit.
-    kv_cache_bytes: the KV cache's memory, reserved at once and kept full of reusable
-        prefix blocks; None: grown as tokens arrive (at most max_num_seqs sequences of
-        max_model_len, reached only if they really are that long). When it is full,
-        sequences wait or are preempted and computed again later.
     tokenizer: needed only for stop strings.
-    cuda_graphs: on CUDA, replay captured decode steps (one graph per batch size and table
-        width bucket).
+    model_dir: the checkpoint's directory, for what its family's prompts need from it (a
+        vision-language model's image processor).
     """
 
     # Every other setting is applied by ``load``.
@@ -62,22 +62,19 @@ class NativeEngine:
     def __init__(
         self,
         model: nn.Module,
+        limits: EngineLimits | None = None,
         *,
-        max_num_seqs: int = 64,
-        max_model_len: int = 2048,
-        kv_cache_bytes: int | None = None,
-        max_prefill_tokens: int = 8192,
         tokenizer: object | None = None,
-        cuda_graphs: bool = True,
         model_dir: str | None = None,
     ) -> None:
+        limits = limits or EngineLimits()
+        max_num_seqs, max_model_len = limits.max_num_seqs, limits.max_model_len
         self.model = model.eval().requires_grad_(False)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.runner = DecoderRunner(model, model_dir)
         self.vocab_size = model.get_input_embeddings().num_embeddings  # valid ids: [0, this)
         self.max_model_len = max_model_len
-        self.max_prefill_tokens = max_prefill_tokens
         self.tokenizer = tokenizer
         shape = self.runner.cache_shape
         self.cache = PagedKVCache(
@@ -89,11 +86,13 @@ class NativeEngine:
             max_seqs=max_num_seqs,
             dtype=self.dtype,
             device=self.device,
-            memory_bytes=kv_cache_bytes,
+            memory_bytes=limits.kv_cache_bytes,
             records=self.runner.route_shape,  # each position's expert routes, if it routes
         )
-        self.cuda_graphs = cuda_graphs  # asked for; used on CUDA only
-        self.use_cuda_graphs = cuda_graphs and self.device.type == "cuda" and self.runner.graphable
+        self.cuda_graphs = limits.cuda_graphs  # asked for; used on CUDA only
+        self.use_cuda_graphs = (
+            limits.cuda_graphs and self.device.type == "cuda" and self.runner.graphable
+        )
         self.graphs = None
         self.generator = torch.Generator(device=self.device)  # for requests without a seed
         self.generator.seed()
@@ -103,7 +102,6 @@ class NativeEngine:
             lambda *step: self.decode(*step),  # looked up per step
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,
-            max_prefill_tokens=max_prefill_tokens,
             generator=self.generator,
             tokenizer=tokenizer,
         )
@@ -126,11 +124,8 @@ class NativeEngine:
         """The engine ``settings`` describe, its checkpoint loaded on ``device``."""
         return cls(
             load_generation_model(settings, device),
-            max_num_seqs=settings.max_num_seqs,
-            max_model_len=settings.max_model_len,
-            kv_cache_bytes=settings.kv_cache_bytes,
+            settings,
             tokenizer=tokenizer,
-            cuda_graphs=settings.cuda_graphs,
             model_dir=settings.model.path,
         )
 

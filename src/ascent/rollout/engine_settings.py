@@ -38,10 +38,10 @@ def generation_dtype(name: GenerationDtype, device: torch.device) -> torch.dtype
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-class EngineSettings(Strict):
-    """One generation engine: the checkpoint it loads and the knobs it runs with."""
+class EngineLimits(Strict):
+    """What an engine holds and runs at once, whatever it loads (a model already in memory
+    takes these alone: ``NativeEngine(model, limits)``)."""
 
-    model: ModelConfig = Field(description="Checkpoint of the initial weights (ModelConfig).")
     max_num_seqs: int = Field(64, ge=1, description="Sequences decoded at once.")
     max_model_len: int = Field(2048, ge=2, description="Prompt + response limit.")
     kv_cache_bytes: int | None = Field(None, gt=0, description=KV_CACHE_HELP)
@@ -49,6 +49,12 @@ class EngineSettings(Strict):
         "auto", description="Generation dtype; auto: bfloat16 on CUDA, float32 on CPU."
     )
     cuda_graphs: bool = Field(True, description="Capture decode steps in CUDA graphs on CUDA.")
+
+
+class EngineSettings(EngineLimits):
+    """One generation engine: the checkpoint it loads and the knobs it runs with."""
+
+    model: ModelConfig = Field(description="Checkpoint of the initial weights (ModelConfig).")
 
 
 def knob(name: str, **changes: Any) -> Any:

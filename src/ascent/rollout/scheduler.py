@@ -55,7 +55,6 @@ class Scheduler:
         *,
         max_num_seqs: int,
         max_model_len: int,
-        max_prefill_tokens: int,
         generator: torch.Generator,
         tokenizer: object | None,
     ) -> None:
@@ -66,7 +65,7 @@ class Scheduler:
         self._version = 0
         self.rows: list[Running] = []
         self.waiting: deque[PrefillJob] = deque()
-        self.admission = Admission(cache, prefill, max_prefill_tokens, max_model_len)
+        self.admission = Admission(cache, prefill, max_model_len)
         self.preemptions = 0  # sequences sent back to the queue for want of blocks
         # When the most blocks were held: how many, the running sequences' cached tokens
         # (+1: the one this step writes), and how many sequences ran.

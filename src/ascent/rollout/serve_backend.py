@@ -28,9 +28,7 @@ from ascent.rollout.engine_settings import EngineSettings
 from ascent.rollout.http_backend import PolicyServers
 from ascent.rollout.protocol import Capability
 from ascent.rollout.serve_args import SERVE_KNOBS
-from ascent.rollout.server_process import ServerProcess, free_port
-
-SERVED_NAME = "policy"
+from ascent.rollout.server_process import SERVED_NAME, ServerProcess, free_port
 
 
 class ServeBackend(PolicyServers):

@@ -14,6 +14,10 @@ from pathlib import Path
 
 import httpx
 
+# The model name a server the rollout role starts serves under (``--served-model-name``),
+# and the name its requests send.
+SERVED_NAME = "policy"
+
 
 def _die_with_parent() -> None:
     """In the child before exec: on Linux, get SIGTERM when the parent dies (a killed worker

@@ -13,13 +13,9 @@ from ascent.moe.checkpoint import per_expert_names
 from ascent.rollout.config import GenerationConfig
 from ascent.rollout.http_backend import PolicyServers
 from ascent.rollout.protocol import Capability, TokenOut, refuse_images
+from ascent.rollout.server_process import SERVED_NAME
 from ascent.rollout.types import SamplingParams
-from ascent.rollout.vllm_server import (
-    SERVED_NAME,
-    cpu_kv_cache_bytes,
-    start_vllm_servers,
-    vllm_python,
-)
+from ascent.rollout.vllm_server import cpu_kv_cache_bytes, start_vllm_servers, vllm_python
 from ascent.vision.prompts import collapse_image_runs, image_token_id, is_vision_language
 
 

@@ -10,10 +10,9 @@ from pathlib import Path
 
 from ascent.errors import InputNotFound
 from ascent.rollout.engine_settings import TRAINING_ONLY, CommandKnobs, EngineSettings, Flag
-from ascent.rollout.server_process import ServerProcess, free_port
+from ascent.rollout.server_process import SERVED_NAME, ServerProcess, free_port
 
 DEFAULT_VENV = Path.home() / ".cache" / "ascent" / "vllm-venv"
-SERVED_NAME = "policy"
 
 
 def vllm_python(configured: str | None = None) -> str:

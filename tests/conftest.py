@@ -98,6 +98,15 @@ def tiny_deepseek(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_mixtral(tmp_path_factory):
+    """A tiny Mixtral (``tests.families.models``): every layer routes each token to 2 of 4
+    experts, with float32 router weights always renormalised."""
+    from tests.families.models import build
+
+    return str(build("mixtral", tmp_path_factory.mktemp("tiny-mixtral") / "model"))
+
+
+@pytest.fixture(scope="session")
 def tiny_vlm(tmp_path_factory):
     """A tiny Qwen2.5-VL (vision tower of two blocks), its tokenizer with the vision tokens
     and its image processor, saved to disk."""

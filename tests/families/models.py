@@ -7,7 +7,8 @@ Each is small (hidden 64, 2-3 layers) but keeps what makes its family itself: Ge
 alternating sliding (window 8) and global layers with their two RoPE bases and a soft-cap,
 Mistral's window, Llama 3's rope scaling over the positions the tests reach, Phi-3's fused
 projections and half-width rotary, OLMo 2's post-norms, DeepSeek-V3's latent attention,
-grouped routing with a correction bias, a dense first layer and a shared expert. Head and
+grouped routing with a correction bias, a dense first layer and a shared expert, Mixtral's
+float32 router weights. Head and
 latent dims are multiples of 16, so the CPU attention kernel runs (not the gathered path).
 """
 
@@ -101,6 +102,12 @@ def _deepseek_v3() -> object:
     )
 
 
+def _mixtral() -> object:
+    from transformers import MixtralConfig
+
+    return MixtralConfig(**SMALL, num_local_experts=4, num_experts_per_tok=2, sliding_window=16)
+
+
 def _with_correction_bias(model: torch.nn.Module) -> None:
     """DeepSeek's routers start with a zero correction bias; give it values, so that
     choosing by s + b (and weighting by s) is tested."""
@@ -120,6 +127,7 @@ CONFIGS: dict[str, Callable[[], object]] = {
     "phi3": _phi3,
     "olmo2": _olmo2,
     "deepseek_v3": _deepseek_v3,
+    "mixtral": _mixtral,
 }
 ADJUST = {"deepseek_v3": _with_correction_bias}
 # Built by the project's own tiny builders (Qwen2: ascent.models.tiny, the suite's default).

@@ -11,7 +11,7 @@ from tests.trainer.rl_setup import config, metric
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("name", ["gemma3", "phi3", "olmo2", "deepseek_v3", "llama3"])
+@pytest.mark.parametrize("name", ["gemma3", "phi3", "olmo2", "deepseek_v3", "llama3", "mixtral"])
 def test_two_grpo_steps_on_two_ranks(family_checkpoint, name, prompts, tmp_path, local_ray):
     path = family_checkpoint(name)
     overrides = ("trainer.total_steps=2", "resources.devices_per_node=2")

@@ -30,7 +30,7 @@ def check_routes(model, prompt, sample):
     assert torch.equal(routes.long().sort(dim=-1).values, expected)
 
 
-@pytest.mark.parametrize("fixture", ["tiny_moe", "tiny_qwen2_moe", "tiny_deepseek"])
+@pytest.mark.parametrize("fixture", ["tiny_moe", "tiny_qwen2_moe", "tiny_deepseek", "tiny_mixtral"])
 def test_samples_carry_the_routes_transformers_takes(request, fixture):
     path = request.getfixturevalue(fixture)
     model = load_causal_lm(path).eval()

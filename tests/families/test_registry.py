@@ -97,3 +97,25 @@ def test_gemma3_rotates_each_layer_kind_with_its_own_base_and_caps_its_logits(fa
     ours = runner.logits(runner.teacher_forced(ids[0]))
     assert 29.0 < theirs.abs().max() <= 30.0
     torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-5)
+
+
+def test_the_guide_names_every_family_and_what_each_engine_declares():
+    from pathlib import Path
+
+    from ascent.rollout.backends import BACKENDS
+    from ascent.rollout.protocol import Capability
+
+    page = (Path(__file__).parents[2] / "docs/guides/model-families.md").read_text()
+    for family in FAMILIES:
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{family.name}` |"))
+        assert all(f"`{kind}`" in row for kind in family.model_types), family.name
+    header = next(line for line in page.splitlines() if line.startswith("| engine |"))
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    for name, backend in BACKENDS.items():
+        row = next(line for line in page.splitlines() if line.startswith(f"| {name} |"))
+        cells = dict(zip(columns, (c.strip() for c in row.strip("|").split("|")), strict=True))
+        for capability in columns[1:-1]:
+            declared = Capability(capability) in backend.capabilities
+            assert (cells[capability] == "yes") == declared, (name, capability)
+        families_only = backend.refuses_model("gpt2") is not None
+        assert cells["models"] == ("native families" if families_only else "any"), name

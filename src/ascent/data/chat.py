@@ -111,9 +111,11 @@ def render_chat(
     # Checked here, not left to the template: a missing template is not the row's fault, and
     # with malformed=skip it would otherwise skip every row.
     if getattr(tokenizer, "chat_template", None) is None:
+        name = getattr(tokenizer, "name_or_path", None) or "this model"
         raise InputError(
-            "the tokenizer has no chat template: use a tokenizer that has one, or render "
-            "without it (RL: data.chat_template=false; SFT: data.template=none)"
+            f"the tokenizer has no chat template ({name}; a base model's often has none): "
+            "give prompts as raw text and render without a template (RL: "
+            "data.chat_template=false; SFT: data.template=none), or use a tokenizer that has one"
         )
     try:
         return tokenizer.apply_chat_template(

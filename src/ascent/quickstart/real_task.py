@@ -12,6 +12,10 @@ Two-digit sums were right 4-6% of the time at temperature 1 (too little signal o
 budget); single-digit products 19%, but they are only 64 problems, too few to hold out from.
 
 All 270 pairs are split once (seeded) into 64 held-out problems and the training pool.
+
+A base model without a chat template (Gemma 3 270M) takes the same problems as raw text,
+"a + b =" (``chat=False``), with generation stopped at the end of the line: greedy, it
+answers about half of them right, sampled at temperature 1 about one in seven.
 """
 
 import json
@@ -33,13 +37,20 @@ def question(pair: Pair) -> str:
     return f"What is {pair[0]} + {pair[1]}? Answer with the number only."
 
 
-def rows(pairs: list[Pair], split: str) -> list[dict]:
+def raw_question(pair: Pair) -> str:
+    return f"{pair[0]} + {pair[1]} ="
+
+
+def rows(pairs: list[Pair], split: str, chat: bool = True) -> list[dict]:
     """verl's schema: chat messages as the prompt (the tokenizer's template renders them,
-    adding its default system prompt), the sum as the ground truth."""
+    adding its default system prompt), or with ``chat=False`` the raw text itself (for
+    ``data.chat_template=false``); the sum as the ground truth."""
     return [
         {
             "data_source": "arithmetic",
-            "prompt": [{"role": "user", "content": question(pair)}],
+            "prompt": (
+                [{"role": "user", "content": question(pair)}] if chat else raw_question(pair)
+            ),
             "ability": "math",
             "reward_model": {"style": "rule", "ground_truth": str(pair[0] + pair[1])},
             "extra_info": {"split": split, "index": index, "a": pair[0], "b": pair[1]},
@@ -48,13 +59,14 @@ def rows(pairs: list[Pair], split: str) -> list[dict]:
     ]
 
 
-def write_task(directory: Path, seed: int) -> dict[str, str]:
-    """``train.jsonl`` and ``held_out.jsonl`` in ``directory``; returns their paths."""
+def write_task(directory: Path, seed: int, chat: bool = True) -> dict[str, str]:
+    """``train.jsonl`` and ``held_out.jsonl`` in ``directory`` (chat or raw-text prompts:
+    ``rows``); returns their paths."""
     directory.mkdir(parents=True, exist_ok=True)
     train, held_out = split_pairs(seed)
     paths = {}
     for name, pairs in (("train", train), ("held_out", held_out)):
         path = directory / f"{name}.jsonl"
-        path.write_text("".join(json.dumps(row) + "\n" for row in rows(pairs, name)))
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows(pairs, name, chat)))
         paths[name] = str(path)
     return paths

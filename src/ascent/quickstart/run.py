@@ -12,6 +12,12 @@ from ascent.config import load_config
 from ascent.models import build_tiny_model
 from ascent.models.tiny_moe import build_tiny_moe
 from ascent.quickstart.plot import plot_run
+from ascent.quickstart.stages import (
+    announce_warm_start,
+    held_out_change,
+    keep_summary,
+    write_splits,
+)
 from ascent.quickstart.task import split_pairs, write_rl_rows
 from ascent.quickstart.warm_start import attempt_dir, attempt_seed, warm_start
 from ascent.trainer.rl.config import RLConfig
@@ -133,18 +139,8 @@ def prepare(
     warm = warm_start(
         fresh_models(out, seed, model), out / "sft", train, dev, seed=seed, target=sft_target
     )
-    restarted = f" (attempt {warm['attempts']})" if warm["attempts"] > 1 else ""
-    print(
-        f"SFT warm start: {warm['steps']} steps{restarted}, development accuracy "
-        f"{warm['dev_accuracy']:.0%} ({warm['seconds']:.0f} s)"
-    )
-
-    data_dir = out / "data"
-    data_dir.mkdir()
-    data = {
-        "train": write_rl_rows(data_dir / "train.jsonl", train),
-        "held_out": write_rl_rows(data_dir / "held_out.jsonl", held_out),
-    }
+    announce_warm_start(warm, "development accuracy")
+    data = write_splits(out, write_rl_rows, {"train": train, "held_out": held_out}, ".jsonl")
     return str(out / "sft"), data, warm, len(held_out)
 
 
@@ -182,14 +178,9 @@ def run_quickstart(
 def outcome(result: dict, run_dir: Path) -> dict:
     """What an RL run did to held-out accuracy, and its reward per step, from ``train_rl``'s
     result and the run's metrics."""
-    history = result["validation"]
-    before, after = history[0][1][ACCURACY], history[-1][1][ACCURACY]
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return {
-        "accuracy_before": before,
-        "accuracy_after": after,
-        "gain_points": 100 * (after - before),
-        "held_out_accuracy": [(step, m[ACCURACY]) for step, m in history],
+        **held_out_change(result["validation"], ACCURACY),
         "reward": [(m["step"], m[SCORE]) for m in metrics if SCORE in m],
         "model": result["export_dir"],
     }
@@ -197,7 +188,7 @@ def outcome(result: dict, run_dir: Path) -> dict:
 
 def report(summary: dict, out: Path, took: str) -> None:
     """``summary.json`` and ``progress.png`` in ``out``, and the closing lines."""
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    keep_summary(summary, out)
     plot_run(summary, out / "progress.png")
     print(
         f"\nheld-out accuracy (greedy, {summary['held_out_problems']} problems): before RL "

@@ -8,11 +8,16 @@ find that the tool pays. Reports held-out accuracy and the share of answers that
 tool, before and after RL; a run with no learning signal for 25 steps stops and says so.
 """
 
-import json
 import time
 from pathlib import Path
 
 from ascent.quickstart.run import fresh_models, fresh_output, rl_config
+from ascent.quickstart.stages import (
+    announce_warm_start,
+    held_out_change,
+    keep_summary,
+    write_splits,
+)
 from ascent.quickstart.tools_task import SOURCE, split_pairs, write_rl_rows
 from ascent.quickstart.tools_warm_start import COMPETENCE, TOOLS_WARM_START
 from ascent.quickstart.warm_start import warm_start
@@ -79,34 +84,21 @@ def run_tools_quickstart(
         lr=sft_lr,
         task=TOOLS_WARM_START,
     )
-    restarted = f" (attempt {warm['attempts']})" if warm["attempts"] > 1 else ""
-    print(
-        f"SFT warm start: {warm['steps']} steps{restarted}, forced call and copy accuracy "
-        f"{warm['dev_accuracy']:.0%} ({warm['seconds']:.0f} s)"
-    )
-    data_dir = out / "data"
-    data_dir.mkdir()
-    data = {
-        "train": write_rl_rows(data_dir / "train.jsonl", train),
-        "held_out": write_rl_rows(data_dir / "held_out.jsonl", held_out),
-    }
+    announce_warm_start(warm, "forced call and copy accuracy")
+    data = write_splits(out, write_rl_rows, {"train": train, "held_out": held_out}, ".jsonl")
     result = train_rl(tools_rl_config(str(out / "sft"), data, out, seed, steps, lr, overrides))
     history = result["validation"]
-    first, last = history[0][1], history[-1][1]
     summary = {
-        "accuracy_before": first[ACCURACY],
-        "accuracy_after": last[ACCURACY],
-        "gain_points": 100 * (last[ACCURACY] - first[ACCURACY]),
-        "tool_use_before": first[USED_TOOLS],
-        "tool_use_after": last[USED_TOOLS],
+        **held_out_change(history, ACCURACY, USED_TOOLS),
+        "tool_use_before": history[0][1][USED_TOOLS],
+        "tool_use_after": history[-1][1][USED_TOOLS],
         "held_out_problems": len(held_out),
         "seed": seed,
         "sft": warm,
         "collapsed": result["collapsed"],
-        "held_out_accuracy": [(step, m[ACCURACY], m[USED_TOOLS]) for step, m in history],
         "seconds": time.perf_counter() - began,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    keep_summary(summary, out)
     print(
         f"\nheld-out accuracy ({len(held_out)} problems, greedy, the tool available): before RL "
         f"{summary['accuracy_before']:.1%}, after RL {summary['accuracy_after']:.1%} "

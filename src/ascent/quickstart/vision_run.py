@@ -9,7 +9,6 @@ more after RL with every picture replaced by a blank one: the image-blind contro
 cannot beat one answer in four whatever the model learned.
 """
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,12 @@ from ascent.controller import ResourcePool, spawn_group
 from ascent.models.loading import load_tokenizer
 from ascent.models.tiny_vlm import build_tiny_vlm
 from ascent.quickstart.run import fresh_output, rl_config
+from ascent.quickstart.stages import (
+    announce_warm_start,
+    held_out_change,
+    keep_summary,
+    write_splits,
+)
 from ascent.quickstart.vision_task import SOURCE, split_pictures, write_rl_rows
 from ascent.quickstart.vision_warm_start import greedy_accuracy, vision_warm_start
 from ascent.quickstart.warm_start import attempt_dir, attempt_seed, warm_start
@@ -118,34 +123,23 @@ def run_vision_quickstart(
         check_every=5,
         task=vision_warm_start(str(out / "base"), seed),
     )
-    print(
-        f"SFT warm start (random labels: the answer's form only): {warm['steps']} steps, "
-        f"{warm['dev_accuracy']:.0%} of development answers name a colour "
-        f"({warm['seconds']:.0f} s)"
+    announce_warm_start(
+        warm, "development answers that name a colour", " (random labels: the answer's form only)"
     )
-    data_dir = out / "data"
-    data_dir.mkdir()
-    data = {
-        "train": write_rl_rows(data_dir / "train.parquet", train),
-        "held_out": write_rl_rows(data_dir / "held_out.parquet", held_out),
-    }
+    data = write_splits(out, write_rl_rows, {"train": train, "held_out": held_out}, ".parquet")
     result = train_rl(vision_rl_config(str(out / "sft"), data, out, seed, steps, lr, overrides))
-    history = result["validation"]
-    before, after = history[0][1][ACCURACY], history[-1][1][ACCURACY]
     blind = blind_accuracy(result["export_dir"], held_out)
     summary = {
-        "accuracy_before": before,
-        "accuracy_after": after,
-        "gain_points": 100 * (after - before),
+        **held_out_change(result["validation"], ACCURACY),
         "blind_accuracy_after": blind,
         "held_out_pictures": len(held_out),
-        "held_out_accuracy": [(step, m[ACCURACY]) for step, m in history],
         "seed": seed,
         "sft": warm,
         "model": result["export_dir"],
         "seconds": time.perf_counter() - began,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    keep_summary(summary, out)
+    before, after = summary["accuracy_before"], summary["accuracy_after"]
     print(
         f"\nheld-out accuracy ({len(held_out)} pictures, greedy): before RL {before:.1%}, after "
         f"RL {after:.1%} ({summary['gain_points']:+.1f} points); with blank pictures "

@@ -242,12 +242,12 @@ class NativeEngine:
         """Queue a request; it joins the running batch at the next ``step``."""
         where = f"prompt {request.index}"
         self.check_request(request.prompt, request.params, where)
-        self.prepare_images(request, where)
+        self.prepare_prompt(request, where)
         self._queue(request)
 
-    def prepare_images(self, request: EngineRequest, where: str) -> None:
-        """Prepare what the request's prompt brings beyond its ids (its images), as the
-        model's family does; ValueError naming ``where`` for inputs the model cannot take."""
+    def prepare_prompt(self, request: EngineRequest, where: str) -> None:
+        """Prepare what the request's prompt brings beyond its ids (``request.images``), as
+        the model's family does; ValueError naming ``where`` for inputs it cannot take."""
         request.prepared = self.runner.prompts.prepare(request.prompt, request.images, where)
 
     def _queue(self, request: EngineRequest) -> None:
@@ -292,7 +292,7 @@ class NativeEngine:
             for index, (prompt, urls) in enumerate(zip(prompts, images, strict=True))
         ]
         for request in requests:
-            self.prepare_images(request, f"prompt {request.index}")
+            self.prepare_prompt(request, f"prompt {request.index}")
         for request in requests:
             self._queue(request)
         try:

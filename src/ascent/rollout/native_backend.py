@@ -167,7 +167,7 @@ class NativeBackend(RolloutBackend):
             images=tuple(images or ()),
             top_logprobs=top_logprobs,
         )
-        self.engine.prepare_images(request, "the prompt")
+        self.engine.prepare_prompt(request, "the prompt")
         self._call(lambda: self._add(request))
         try:
             finished = await done
@@ -215,7 +215,7 @@ class NativeBackend(RolloutBackend):
             images=tuple(images or ()),
             top_logprobs=top_logprobs,
         )
-        self.engine.prepare_images(request, "the prompt")
+        self.engine.prepare_prompt(request, "the prompt")
         self._call(lambda: self._add(request))
         finished = False
         try:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from ascent.config import load_config
+from ascent.data.rl import load_rl_prompts
 from ascent.errors import InputError
 from ascent.models import load_causal_lm, load_tokenizer
 from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
@@ -102,7 +103,10 @@ def test_grpo_steps_on_raw_text_prompts(gemma3, raw_task, tmp_path):
     """Two steps of 2 prompts x 4 samples: the engine samples with the actor's weights
     (aliased, one rank), stops at the end of the answer's line, and its log-probs agree
     with the trainer's before and after the first update."""
-    run = run_config(gemma3, raw_task, tmp_path, "rollout.stop=['\\n']")
+    run = run_config(gemma3, raw_task, tmp_path, 'rollout.stop=["\\n"]')  # YAML: a newline
+    tokenizer = load_tokenizer(gemma3)
+    prompts, _ = load_rl_prompts(run.data.train_files, tokenizer, run.data)
+    assert prompts[0].prompt_ids[0] == tokenizer.bos_token_id  # raw text, read as usual
     train_rl(run)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "timing_s/step" in r]
@@ -111,5 +115,6 @@ def test_grpo_steps_on_raw_text_prompts(gemma3, raw_task, tmp_path):
     generations = [
         json.loads(line) for line in (tmp_path / "generations.jsonl").read_text().splitlines()
     ]
-    assert all(g["prompt"].endswith(" =") for g in generations)
-    assert all("\n" not in g["response"].rstrip("\n") for g in generations)
+    assert all(g["prompt"].startswith("<bos>") and g["prompt"].endswith(" =") for g in generations)
+    stopped = [g["response"] for g in generations if g["response"].endswith("\n")]
+    assert stopped and all("\n" not in r.rstrip("\n") for r in stopped), "stopped at a line's end"

@@ -42,7 +42,9 @@ class RLDataConfig(Strict):
     prompts_per_step: int = Field(32, ge=1, description="Prompts per RL step (all ranks).")
     max_prompt_length: int = Field(512, ge=1, description="Longer prompts are filtered out.")
     chat_template: bool = Field(
-        True, description="Render prompts with the tokenizer's chat template (else raw text)."
+        True,
+        description="Render prompts with the tokenizer's chat template; false: the prompt is "
+        "raw text, tokenized with the tokenizer's own special tokens (a base model's BOS).",
     )
     shuffle: bool = Field(True, description="Shuffle each epoch (seeded).")
     seed: int = Field(0, description="Seed of the prompt order.")
@@ -128,7 +130,8 @@ def _prompt(row: Row, tokenizer: Any, config: RLDataConfig, images: RowImages | 
                 f"field {config.tools_key!r}: tool definitions are shown by the chat template; "
                 "set data.chat_template=true, or drop the field"
             )
-        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        # As the model would read raw text anywhere else: a base model needs its BOS.
+        ids = tokenizer(prompt)["input_ids"]
     extra = data.get("extra_info") or {}
     if not isinstance(extra, dict):
         raise MalformedRow("field 'extra_info' must be a dict")

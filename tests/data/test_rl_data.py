@@ -53,6 +53,41 @@ def test_plain_text_prompts_without_a_template(tokenizer, tmp_path):
     assert tokenizer.decode(prompts[0].prompt_ids) == "2+3="
 
 
+def with_bos(tokenizer):
+    """The tokenizer as a base model's would be: BOS before any text it encodes."""
+    from tokenizers.processors import TemplateProcessing
+
+    bos = "<|endoftext|>"  # a special token the chat template does not write
+    tokenizer.bos_token = bos
+    tokenizer._tokenizer.post_processor = TemplateProcessing(
+        single=f"{bos} $A", special_tokens=[(bos, tokenizer.convert_tokens_to_ids(bos))]
+    )
+    return tokenizer
+
+
+def test_raw_text_prompts_get_the_tokenizers_bos_and_chat_prompts_their_templates_own(
+    tokenizer, tmp_path
+):
+    """Raw text is tokenized as the model reads raw text anywhere (a base model's BOS first,
+    where its tokenizer adds one); a rendered template carries its own special tokens, so
+    none is added twice. SFT's raw examples start the same way."""
+    from ascent.data.sft import plain_example
+
+    tokenizer = with_bos(tokenizer)
+    bos = tokenizer.bos_token_id
+    raw = write_parquet(tmp_path / "raw.parquet", [verl_row("unused", "5") | {"prompt": "2+3="}])
+    config = RLDataConfig(train_files=[raw], chat_template=False)
+    ids = load_rl_prompts([raw], tokenizer, config)[0][0].prompt_ids
+    assert ids[0] == bos and tokenizer.decode(ids[1:]) == "2+3="
+    assert plain_example(tokenizer, "2+3=", "5").input_ids[:1] == [bos]
+    chat = write_parquet(tmp_path / "chat.parquet", [verl_row("What is 2+3?", "5")])
+    ids = load_rl_prompts([chat], tokenizer, RLDataConfig(train_files=[chat]))[0][0].prompt_ids
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 2+3?"}], add_generation_prompt=True, tokenize=False
+    )
+    assert bos not in ids and tokenizer.decode(ids) == rendered  # the template has no BOS
+
+
 @pytest.mark.parametrize(
     ("broken", "message"),
     [

@@ -111,7 +111,9 @@ def chat_example(tokenizer: Any, messages: list[dict], tools: list | None = None
 
 
 def plain_example(tokenizer: Any, prompt: str, response: str) -> SFTExample:
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    """Raw text: the prompt with the tokenizer's own special tokens (a base model's BOS, as
+    RL reads raw prompts), the response after it, then EOS."""
+    prompt_ids = tokenizer(prompt)["input_ids"]
     response_ids = tokenizer(response, add_special_tokens=False)["input_ids"]
     response_ids = [*response_ids, tokenizer.eos_token_id]
     mask = [0] * len(prompt_ids) + [1] * len(response_ids)

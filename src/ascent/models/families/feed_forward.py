@@ -3,7 +3,9 @@
 Every kind has ``top_k`` (0: dense) and ``with_routes(x) -> (output like x, experts (tokens,
 k) or None)``, so the decoder records routes without asking which kind it holds. Routing is a
 piece of its own (``SoftmaxTopK``: Qwen's; ``GroupedSigmoidTopK``: DeepSeek-V3's), and so is
-a shared expert, so a family composes the block its checkpoint has.
+a shared expert, so a family composes the block its checkpoint has. Dense projections go
+through ``blocks.linear`` (the engine's fastest form); routers and per-expert slices stay on
+``F.linear``: a router's logits decide which experts run, and must round as transformers'.
 """
 
 from collections.abc import Callable
@@ -12,6 +14,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from ascent.models.families.blocks import linear
 
 Activation = Callable[[Tensor], Tensor]
 
@@ -27,7 +31,7 @@ class GatedMLP:
     top_k = 0  # no routing
 
     def __call__(self, x: Tensor) -> Tensor:
-        return F.linear(self.act(F.linear(x, self.gate)) * F.linear(x, self.up), self.down)
+        return linear(self.act(linear(x, self.gate)) * linear(x, self.up), self.down)
 
     def with_routes(self, x: Tensor) -> tuple[Tensor, None]:
         return self(x), None
@@ -44,8 +48,8 @@ class FusedGatedMLP:
     top_k = 0
 
     def __call__(self, x: Tensor) -> Tensor:
-        gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
-        return F.linear(up * self.act(gate), self.down)
+        gate, up = linear(x, self.gate_up).chunk(2, dim=-1)
+        return linear(up * self.act(gate), self.down)
 
     def with_routes(self, x: Tensor) -> tuple[Tensor, None]:
         return self(x), None

@@ -1,4 +1,4 @@
-"""A model family, declared in one place (DESIGN.md: "a family is one module").
+"""A model family, declared in one place: a family is one module.
 
 A ``ModelFamily`` says, for the transformers model types it covers (a config's
 ``model_type``), everything the rest of ascent would otherwise have to ask by name:

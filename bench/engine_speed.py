@@ -98,6 +98,8 @@ class VllmProcess:
 
 
 def native_run(engine, prompts, new_tokens) -> tuple[float, int]:
+    """One timed ``generate`` of the workload (the native or the transformers engine: no
+    stop token, so exactly N new tokens)."""
     from ascent.rollout.types import SamplingParams
 
     params = SamplingParams(
@@ -109,18 +111,6 @@ def native_run(engine, prompts, new_tokens) -> tuple[float, int]:
 
 
 MODEL_NAMES = {"smollm2": "SmolLM2-135M-Instruct", "gemma3-270m": "Gemma 3 270M"}
-
-
-def transformers_run(engine, prompts, new_tokens) -> tuple[float, int]:
-    """The reference engine samples to exactly N tokens: no stop token (EOS ignored)."""
-    from ascent.rollout.types import SamplingParams
-
-    params = SamplingParams(
-        n=SAMPLES_PER_PROMPT, temperature=1.0, max_new_tokens=new_tokens, seed=0
-    )
-    start = time.perf_counter()
-    samples = engine.generate(prompts, params)
-    return time.perf_counter() - start, sum(len(s.token_ids) for s in samples)
 
 
 def start_engines(args, workloads) -> tuple[dict, list]:
@@ -150,7 +140,7 @@ def start_engines(args, workloads) -> tuple[dict, list]:
         engines["vllm"], closers = vllm.run, [vllm]
     if args.transformers:
         reference = TransformersEngine(model, max_num_seqs=widest)  # the same weights
-        engines["transformers"] = lambda p, n: transformers_run(reference, p, n)
+        engines["transformers"] = lambda p, n: native_run(reference, p, n)
     return engines, closers
 
 

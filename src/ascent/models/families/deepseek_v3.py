@@ -23,7 +23,6 @@ from ascent.models.families.blocks import (
     PairRotation,
     activation,
     linear_of,
-    model_rotary,
 )
 from ascent.models.families.decoder import Decoder, DecoderBlock
 from ascent.models.families.feed_forward import (
@@ -32,7 +31,7 @@ from ascent.models.families.feed_forward import (
     GroupedSigmoidTopK,
     SharedExperts,
 )
-from ascent.models.families.reading import gated_mlp, kernel_of
+from ascent.models.families.reading import decoder_of, gated_mlp, kernel_of
 from ascent.models.families.spec import ModelFamily, TrainingHooks
 
 
@@ -79,24 +78,18 @@ def feed_forward(layer: nn.Module, config: object) -> FeedForward:
     return SharedExperts(routed, gated_mlp(mlp.shared_experts, config))
 
 
-def read(model: nn.Module) -> Decoder:
-    config, text = model.config, model.model
-    style = PairRotation if config.rope_interleave else HalfRotation
-    return Decoder(
-        embed=text.embed_tokens,
-        rotary=model_rotary(text.rotary_emb, style),
-        layers=[
-            DecoderBlock(
-                attention=attention_of(layer.self_attn, config),
-                feed_forward=feed_forward(layer, config),
-                pre_attention=Norm.of(layer.input_layernorm),
-                pre_feed_forward=Norm.of(layer.post_attention_layernorm),
-            )
-            for layer in text.layers
-        ],
-        final_norm=Norm.of(text.norm),
-        head=model.lm_head.weight,
+def block(layer: nn.Module, config: object) -> DecoderBlock:
+    return DecoderBlock(
+        attention=attention_of(layer.self_attn, config),
+        feed_forward=feed_forward(layer, config),
+        pre_attention=Norm.of(layer.input_layernorm),
+        pre_feed_forward=Norm.of(layer.post_attention_layernorm),
     )
+
+
+def read(model: nn.Module) -> Decoder:
+    style = PairRotation if model.config.rope_interleave else HalfRotation
+    return decoder_of(model, model.model, block, rotation=style)
 
 
 def sigmoid_router_weights(router: nn.Module, logits: Tensor, experts: Tensor) -> Tensor:

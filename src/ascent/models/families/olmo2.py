@@ -7,9 +7,9 @@ from functools import partial
 
 from torch import nn
 
-from ascent.models.families.blocks import Norm, model_rotary
+from ascent.models.families.blocks import Norm
 from ascent.models.families.decoder import Decoder, DecoderBlock
-from ascent.models.families.reading import gated_mlp, head_attention
+from ascent.models.families.reading import decoder_of, gated_mlp, head_attention
 from ascent.models.families.spec import ModelFamily
 
 norm = partial(Norm.of, scale_in_float=True)
@@ -32,14 +32,7 @@ def block(layer: nn.Module, config: object) -> DecoderBlock:
 
 
 def read(model: nn.Module) -> Decoder:
-    text = model.model
-    return Decoder(
-        embed=text.embed_tokens,
-        rotary=model_rotary(text.rotary_emb),
-        layers=[block(layer, model.config) for layer in text.layers],
-        final_norm=norm(text.norm),
-        head=model.lm_head.weight,
-    )
+    return decoder_of(model, model.model, block, final_norm=norm)
 
 
 FAMILY = ModelFamily(name="olmo2", model_types=("olmo2",), read=read)

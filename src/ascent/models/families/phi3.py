@@ -9,10 +9,10 @@ given, as transformers' does for one forward."""
 from torch import nn
 
 from ascent.models.families.attention import HeadAttention
-from ascent.models.families.blocks import Norm, activation, linear_of, model_rotary
+from ascent.models.families.blocks import Norm, activation, linear_of
 from ascent.models.families.decoder import Decoder, DecoderBlock
 from ascent.models.families.feed_forward import FusedGatedMLP
-from ascent.models.families.reading import head_dim, kernel_of
+from ascent.models.families.reading import decoder_of, head_dim, kernel_of
 from ascent.models.families.spec import ModelFamily
 
 
@@ -36,14 +36,7 @@ def block(layer: nn.Module, config: object) -> DecoderBlock:
 
 
 def read(model: nn.Module) -> Decoder:
-    text = model.model
-    return Decoder(
-        embed=text.embed_tokens,
-        rotary=model_rotary(text.rotary_emb),
-        layers=[block(layer, model.config) for layer in text.layers],
-        final_norm=Norm.of(text.norm),
-        head=model.lm_head.weight,
-    )
+    return decoder_of(model, model.model, block)
 
 
 FAMILY = ModelFamily(name="phi3", model_types=("phi3",), read=read)

@@ -7,11 +7,19 @@ from collections.abc import Callable
 from torch import nn
 
 from ascent.models.families.attention import AttentionKernel, HeadAttention
-from ascent.models.families.blocks import NO_NORM, Norm, activation, linear_of, model_rotary
+from ascent.models.families.blocks import (
+    NO_NORM,
+    HalfRotation,
+    Norm,
+    activation,
+    linear_of,
+    model_rotary,
+)
 from ascent.models.families.decoder import Decoder, DecoderBlock
 from ascent.models.families.feed_forward import FeedForward, GatedMLP
 
 FeedForwardReader = Callable[[nn.Module, object], FeedForward]  # (decoder layer, config)
+BlockReader = Callable[[nn.Module, object], DecoderBlock]  # (decoder layer, config)
 
 
 def head_dim(config: object) -> int:
@@ -74,16 +82,30 @@ def pre_norm_block(
     )
 
 
-def pre_norm_decoder(
-    model: nn.Module, text_model: nn.Module, feed_forward: FeedForwardReader = dense_feed_forward
+def decoder_of(
+    model: nn.Module,
+    text_model: nn.Module,
+    block: BlockReader,
+    final_norm: Callable[[nn.Module], Norm] = Norm.of,
+    rotation: type = HalfRotation,
 ) -> Decoder:
-    """A decoder of Llama-style layers: ``text_model`` holds the embedding, the layers, the
-    final norm and the rotary module; ``model`` the output head."""
+    """A decoder whose layers ``block`` reads: ``text_model`` holds the embedding, the
+    layers, the final norm and the rotary module (its tables in ``rotation``'s layout);
+    ``model`` the output head."""
     config = text_model.config
     return Decoder(
         embed=text_model.embed_tokens,
-        rotary=model_rotary(text_model.rotary_emb),
-        layers=[pre_norm_block(layer, config, feed_forward) for layer in text_model.layers],
-        final_norm=Norm.of(text_model.norm),
+        rotary=model_rotary(text_model.rotary_emb, rotation),
+        layers=[block(layer, config) for layer in text_model.layers],
+        final_norm=final_norm(text_model.norm),
         head=model.lm_head.weight,
+    )
+
+
+def pre_norm_decoder(
+    model: nn.Module, text_model: nn.Module, feed_forward: FeedForwardReader = dense_feed_forward
+) -> Decoder:
+    """A decoder of Llama-style layers (``pre_norm_block``)."""
+    return decoder_of(
+        model, text_model, lambda layer, config: pre_norm_block(layer, config, feed_forward)
     )

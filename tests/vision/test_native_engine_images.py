@@ -1,7 +1,7 @@
 """The native engine with images (a tiny Qwen2.5-VL): greedy outputs equal to transformers'
 ``generate`` token for token, through continuous batching and preemption; prompts that
 differ only in their images never share cached blocks; sampled log-probs equal to the
-trainer's on the same rows."""
+trainer's on the same rows; text scored as any model's."""
 
 import pytest
 import torch
@@ -145,3 +145,25 @@ def test_sampled_log_probs_match_the_trainer(tiny_vlm, rows):
     mask = rollouts["response_mask"].bool()
     difference = (trained - rollouts["rollout_log_probs"])[mask].abs().max()
     assert difference < 1e-4
+
+
+def test_a_vision_language_model_scores_text_and_refuses_image_tokens_without_images(
+    tiny_vlm, rows
+):
+    """Echo scoring (``ascent serve``) takes a VLM's text as any model's: teacher-forced
+    log-probs equal a transformers forward's; ids holding image tokens but no images are
+    refused, naming them, rather than scored as text."""
+    model = load_causal_lm(tiny_vlm).eval()
+    engine = NativeEngine(
+        load_causal_lm(tiny_vlm), EngineLimits(max_model_len=256), model_dir=tiny_vlm
+    )
+    ids = [5, 17, 33, 70, 71, 80, 90, 100, 3, 9]
+    with torch.no_grad():
+        expected = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)
+    scores = engine.score(ids, top_k=0)
+    for position in range(1, len(ids)):
+        want = float(expected[position - 1, ids[position]])
+        assert scores.log_probs[position] == pytest.approx(want, abs=1e-4)
+    prompts, _ = rows
+    with pytest.raises(ValueError, match=r"the scored text has \d+ image tokens but its 0 image"):
+        engine.score(prompts[0], top_k=0)

@@ -10,12 +10,8 @@ from ascent.models import load_causal_lm
 from ascent.models.families.feed_forward import Experts, GatedMLP, SharedExperts
 from ascent.models.families.qwen_moe import feed_forward
 from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
-from ascent.workers import ActorWorker
-from ascent.workers.rollout_samples import SampleRollouts
+from tests.families.test_exactness import assert_sampled_log_probs_equal_the_trainers
 from tests.rollout.test_native_engine import hf_greedy
-from tests.workers.conftest import in_process
-from tests.workers.data import rl_batch
-from tests.workers.test_actor import config
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=16)
 PROMPTS = [[5, 17, 33, 70, 71, 80, 90, 100], [100, 3, 9], list(range(40, 75)), [7] * 20]
@@ -60,16 +56,4 @@ def test_greedy_equals_transformers(request, fixture, seats):
 
 
 def test_sampled_log_probs_match_the_trainer(tiny_moe):
-    batch = rl_batch(rows=6, seed=1).select("prompts", "uid")
-    batch = batch.assign(prompt_mask=(batch["prompts"] != 0).long())  # left padding is 0
-    prompts = [row[row != 0].tolist() for row in batch["prompts"]]
-    engine = NativeEngine(load_causal_lm(tiny_moe), EngineLimits(max_num_seqs=8, max_model_len=128))
-    params = SamplingParams(temperature=1.0, max_new_tokens=10, n=2, seed=3)
-    samples = engine.generate(prompts, params)
-    rollouts = SampleRollouts(None, pad_id=0, weight_version=lambda: 0).collect(
-        batch, samples, params
-    )
-    with in_process(ActorWorker, config(tiny_moe)) as actor:
-        trained = actor.log_probs(rollouts)["old_log_probs"]
-    mask = rollouts["response_mask"].bool()
-    assert (trained - rollouts["rollout_log_probs"])[mask].abs().max() < 1e-4
+    assert_sampled_log_probs_equal_the_trainers(tiny_moe)

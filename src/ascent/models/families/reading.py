@@ -8,7 +8,6 @@ from torch import nn
 
 from ascent.models.families.attention import AttentionKernel, HeadAttention
 from ascent.models.families.blocks import (
-    NO_NORM,
     HalfRotation,
     Norm,
     activation,
@@ -77,7 +76,6 @@ def pre_norm_block(
         attention=head_attention(layer.self_attn, config),
         feed_forward=feed_forward(layer, config),
         pre_attention=Norm.of(layer.input_layernorm),
-        post_attention=NO_NORM,
         pre_feed_forward=Norm.of(layer.post_attention_layernorm),
     )
 

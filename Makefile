@@ -15,7 +15,8 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 # (240 MB), converted on first use to ~/.cache/ascent/models.
 REAL_STAMP := $(VENV)/.real-model
 
-.PHONY: quickstart test test-slow lint format bench clean-venv vllm-venv lmeval-venv real-model docs browser
+.PHONY: quickstart test test-slow lint format bench clean-venv vllm-venv lmeval-venv real-model docs browser \
+	gpu-wheels gpu-check
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -75,6 +76,24 @@ test: $(STAMP) $(REAL_STAMP) lint docs browser
 # real model over two ranks, kills and signals. CI runs them after `make test`.
 test-slow: $(STAMP) $(VLLM_STAMP) $(LMEVAL_STAMP) $(REAL_STAMP)
 	$(BIN)/python -m pytest -m "slow and not gpu" $(PYTEST_ARGS)
+
+# The GPU checks: every `gpu` test and the CUDA halves of the benches, on a GPU machine that
+# has torch and transformers but maybe no Ray or package index. `make gpu-wheels` (here, online)
+# puts the few pure packages it may lack in .whl/; carry .whl/ there and run `make gpu-check`.
+GPU_WHEEL_PYTHONS := 310 311 312 313
+
+gpu-wheels: $(STAMP)
+	mkdir -p .whl
+	for py in $(GPU_WHEEL_PYTHONS); do \
+	  $(BIN)/python -m pip download --quiet --only-binary=:all: --no-deps --python-version $$py \
+	    --platform manylinux2014_x86_64 -d .whl \
+	    "pydantic-core==$$($(BIN)/python -c 'import pydantic_core; print(pydantic_core.__version__)')"; \
+	done
+	$(BIN)/python -m pip download --quiet --no-deps -d .whl -c $(CONSTRAINTS) \
+	  pydantic tensordict cloudpickle pyvers annotated-types typing-inspection typing-extensions
+
+gpu-check:
+	bash bench/gpu_check.sh
 
 # Chromium and its driver for the report's browser test, from the Debian packages (about 30 s
 # with apt-get update) where this runs as root with apt-get; elsewhere it says why not, and

@@ -26,13 +26,14 @@ covers). The prefix cache tells prompts apart by their images as well as their t
 The trainer's forward takes the same images and planes (``ascent.vision.forward``).
 """
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from ascent.models.families.blocks import Rotations
 from ascent.models.families.decoder import Decoder
 from ascent.models.families.reading import pre_norm_decoder
 from ascent.models.families.spec import ModelFamily, PreparedPrompt, PromptInputs, TrainingHooks
@@ -140,7 +141,20 @@ class VisionPrompts(PromptInputs):
 
 
 def read(model: nn.Module) -> Decoder:
-    return pre_norm_decoder(model, model.model.language_model)
+    decoder = pre_norm_decoder(model, model.model.language_model)
+    return replace(decoder, rotary=three_planes(decoder.rotary))
+
+
+def three_planes(rotary: Callable[[Tensor, Tensor], Rotations]) -> Callable:
+    """M-RoPE over text positions (B, T) as three equal planes (3, B, T): transformers
+    releases before 5.23 index the planes without expanding 2-D positions themselves."""
+
+    def rotations(hidden: Tensor, positions: Tensor) -> Rotations:
+        if positions.dim() == 2:
+            positions = positions[None].expand(3, -1, -1)
+        return rotary(hidden, positions)
+
+    return rotations
 
 
 FAMILY = ModelFamily(

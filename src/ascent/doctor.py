@@ -82,6 +82,8 @@ def check_config(path: str, overrides: list[str]) -> tuple[list[Check], Any | No
             config = load_config(SFTConfig, path, overrides)
         except ConfigError:
             # The RL message is shown: it names the bad key for the common case.
+            if path is not None and not Path(path).is_file():
+                return [("FAIL", "config", str(rl_error))], None
             return [("FAIL", "config", f"{rl_error}\n  fix the key(s) above in {path}")], None
         return [("ok", "config", f"{path} is a valid SFT config")], config
     try:

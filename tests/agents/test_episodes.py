@@ -12,6 +12,7 @@ from ascent.agents.episodes import agent_prompt_check, environment_factory, epis
 from ascent.batch import Batch
 from ascent.data.files import MalformedRow
 from ascent.data.rl import RLDataConfig, load_rl_prompts
+from ascent.errors import InputError
 from ascent.models import load_tokenizer
 from tests.agents.envs import Again
 from tests.data.test_rl_data import verl_row
@@ -41,7 +42,9 @@ def test_rows_pick_their_environment_and_tools_come_from_import_paths():
 
 
 def test_an_environment_that_is_not_one_is_refused_by_name():
-    with pytest.raises(TypeError, match=r"'default' = 'tests\.agents\.envs:ROWS' is not an"):
+    with pytest.raises(
+        InputError, match=r"rollout\.agent\.environment='tests\.agents\.envs:ROWS' is not an"
+    ):
         environment_factory(AgentConfig(environment="tests.agents.envs:ROWS"))
 
 

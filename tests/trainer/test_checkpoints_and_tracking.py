@@ -9,8 +9,10 @@ import sys
 import pytest
 from pydantic import ValidationError
 
+from ascent.errors import InputError
 from ascent.trainer.checkpoints import CheckpointError, Checkpoints, verify
 from ascent.trainer.tracking import Tracker, TrackingConfig
+from tests.report.stalled_writer import StalledWriter
 
 
 def write_role(directory):
@@ -142,3 +144,25 @@ def test_a_resumed_tracker_drops_the_records_after_the_checkpoint(tmp_path):
     tracker.close()
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(line["step"], line["loss"]) for line in lines] == [(0, 0), (1, 1), (2, 2), (3, 30)]
+
+
+def test_a_run_killed_while_writing_a_record_resumes(tmp_path):
+    """The record being written when the run was killed (a real SIGKILL halfway through the
+    line) is dropped on resume, and the resumed run's records start lines of their own; a
+    line cut anywhere else is refused, naming it."""
+    tracker = Tracker(tmp_path, TrackingConfig(sinks=["jsonl"]))
+    for step in range(3):
+        tracker.log({"loss": float(step)}, step)
+    tracker.close()
+    with StalledWriter(tmp_path / "metrics.jsonl", {"step": 3, "loss": 3.0}) as writer:
+        writer.kill()
+    tracker = Tracker(tmp_path, TrackingConfig(sinks=["jsonl"]), resume_step=2)
+    tracker.log({"loss": 30.0}, 3)
+    tracker.close()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(line["step"], line["loss"]) for line in lines] == [(0, 0), (1, 1), (2, 2), (3, 30)]
+
+    with (tmp_path / "metrics.jsonl").open("a") as records:
+        records.write('{"step": 4, "lo\n{"step": 5}\n')
+    with pytest.raises(InputError, match=r"line 5 of .*metrics\.jsonl is not JSON"):
+        Tracker(tmp_path, TrackingConfig(sinks=["jsonl"]), resume_step=5)

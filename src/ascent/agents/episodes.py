@@ -22,6 +22,7 @@ from ascent.batch import Batch
 from ascent.data.chat import tool_names
 from ascent.data.files import MalformedRow
 from ascent.data.rl import PromptCheck, RLPrompt
+from ascent.errors import InputError
 from ascent.importing import load_object
 from ascent.rewards.tokens import token_rewards
 from ascent.rollout.tool_calls import tool_call_parser
@@ -51,8 +52,16 @@ def agent_prompt_check(config: AgentConfig) -> PromptCheck:
     """A check for data loading (``load_rl_prompts``): a row whose episode could not run is
     malformed, found before training rather than in the middle of a rollout. That is a row
     whose ``agent_name`` no environment has, or one whose ``tools`` list a tool the tool
-    environment cannot run."""
+    environment cannot run. Every environment class and the tool-call parser are loaded
+    here too, so a wrong spec is refused on the driver, not in each rollout worker."""
     provided = _tool_names(config)
+    for name, spec in _named_environments(config).items():
+        if spec not in TOOL_ENVIRONMENTS:
+            _environment_class(spec, name)
+    try:
+        tool_call_parser(config.tool_parser)
+    except InputError as error:
+        raise InputError(f"rollout.agent.tool_parser={config.tool_parser!r}: {error}") from error
 
     def check(prompt: RLPrompt) -> None:
         if _environment_spec(config, prompt.extra_info) not in TOOL_ENVIRONMENTS:
@@ -88,12 +97,15 @@ def _environment_spec(config: AgentConfig, extra_info: dict | None) -> str:
 
 
 def _environment_class(spec: str, name: str) -> Callable[[], Environment]:
-    found = load_object(spec)
+    field = (
+        "rollout.agent.environment" if name == "default" else f"rollout.agent.environments.{name}"
+    )
+    try:
+        found = load_object(spec)
+    except InputError as error:
+        raise InputError(f"{field}={spec!r}: {error}") from error
     if not (isinstance(found, type) and issubclass(found, Environment)):
-        raise TypeError(
-            f"rollout.agent environment {name!r} = {spec!r} is not an "
-            "ascent.agents.Environment subclass"
-        )
+        raise InputError(f"{field}={spec!r} is not an ascent.agents.Environment subclass")
     return found
 
 
@@ -106,15 +118,22 @@ def _tools(config: AgentConfig) -> list[Tool]:
 
             tools.append(python_tool(SandboxPool(config.sandbox_workers)))
         else:
-            tools.append(function_tool(load_object(spec)))
+            tools.append(_function_tool(spec))
     return tools
+
+
+def _function_tool(spec: str) -> Tool:
+    """The tool of entry ``spec`` of ``rollout.agent.tools``; a function that cannot be one
+    (no docstring, a parameter without a type hint) is refused naming the entry."""
+    try:
+        return function_tool(load_object(spec))
+    except InputError as error:
+        raise InputError(f"rollout.agent.tools entry {spec!r}: {error}") from error
 
 
 def _tool_names(config: AgentConfig) -> set[str]:
     """The names of ``rollout.agent.tools``, without starting a sandbox for ``python``."""
-    return {
-        spec if spec == "python" else function_tool(load_object(spec)).name for spec in config.tools
-    }
+    return {spec if spec == "python" else _function_tool(spec).name for spec in config.tools}
 
 
 def episodes_batch(batch: Batch, episodes: list[Episode], n: int, width: int, pad_id: int) -> Batch:

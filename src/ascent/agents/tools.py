@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ascent.errors import InputError
+
 _JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean"}
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
 _ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
@@ -104,7 +106,7 @@ def function_tool(function: Callable[..., Any], bound: tuple[str, ...] = ()) -> 
     environment fills in (per-row ``tools_kwargs``): they are left out of the schema."""
     description, argument_help = _parse_docstring(inspect.getdoc(function) or "")
     if not description:
-        raise ValueError(
+        raise InputError(
             f"tool {function.__name__} has no docstring: its first lines are the description "
             "the model reads"
         )
@@ -114,7 +116,7 @@ def function_tool(function: Callable[..., Any], bound: tuple[str, ...] = ()) -> 
         if name in bound or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
         if name not in hints:
-            raise ValueError(f"tool {function.__name__}: parameter {name!r} has no type hint")
+            raise InputError(f"tool {function.__name__}: parameter {name!r} has no type hint")
         schema, optional = _schema(hints[name], f"{function.__name__}.{name}")
         if name in argument_help:
             schema["description"] = argument_help[name]
@@ -148,7 +150,7 @@ def _schema(hint: Any, where: str) -> tuple[dict, bool]:
         return {"type": "object"}, False
     if hint is Any:
         return {}, False
-    raise ValueError(f"tool parameter {where}: no JSON schema for the type {hint!r}")
+    raise InputError(f"tool parameter {where}: no JSON schema for the type {hint!r}")
 
 
 def _matches(value: Any, schema: dict) -> bool:

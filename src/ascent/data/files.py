@@ -61,19 +61,38 @@ def _read(path: Path) -> Iterator[Row]:
         return
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        yield from _rows(pq.read_table(path).to_pylist(), path)
+        yield from _rows(_parquet(path), path)
     elif suffix in (".jsonl", ".json"):
         yield from _jsonl(path)
     else:
         raise InputError(f"cannot read {str(path)!r}: use .parquet, .jsonl or a datasets directory")
 
 
+def _parquet(path: Path) -> list[dict]:
+    """The file's rows; a file pyarrow cannot read (cut short by an interrupted copy or
+    download, or not parquet at all) is named with pyarrow's reason instead of its traceback."""
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path).to_pylist()
+    except (pyarrow.ArrowException, OSError) as error:
+        raise InputError(
+            f"cannot read parquet file {str(path)!r} ({error}); it may be cut short or not "
+            "parquet: write or download it again"
+        ) from error
+
+
 def _datasets_dir(path: Path) -> list[dict]:
     from datasets import load_from_disk
 
-    return load_from_disk(str(path)).to_list()
+    try:
+        return load_from_disk(str(path)).to_list()
+    except (OSError, ValueError, KeyError) as error:  # missing, cut or garbled parts
+        raise InputError(
+            f"cannot read the saved dataset {str(path)!r} ({type(error).__name__}: {error}); "
+            "save it again with Dataset.save_to_disk"
+        ) from error
 
 
 def _rows(records: list[dict], path: Path) -> Iterator[Row]:
@@ -82,9 +101,15 @@ def _rows(records: list[dict], path: Path) -> Iterator[Row]:
 
 
 def _jsonl(path: Path) -> Iterator[Row]:
-    with open(path) as file:
+    with open(path, "rb") as file:
         index = 0
-        for line_number, line in enumerate(file, start=1):
+        for line_number, raw in enumerate(file, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise MalformedRow(
+                    f"line {line_number} of {path} is not UTF-8 text: {error}"
+                ) from None
             if not line.strip():
                 continue
             try:

@@ -109,8 +109,14 @@ def _glance(run: Run) -> str:
 
 
 def _notes(run: Run, not_recorded: list[str]) -> str:
-    """What the run did not record, and metrics that were not finite at some steps."""
-    lines = [f"Not recorded: {line}" for line in not_recorded]
+    """What the run did not record, metrics that were not finite at some steps, and records
+    left out because their line was cut."""
+    lines = [
+        f"The last line of {name} (line {number}) was cut (a run killed or still writing); "
+        "its record is left out"
+        for name, number in run.cut.items()
+    ]
+    lines += [f"Not recorded: {line}" for line in not_recorded]
     for name, points in run.series.items():
         bad = [step for step, value in points if not math.isfinite(value)]
         if bad:

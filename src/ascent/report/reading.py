@@ -8,11 +8,15 @@ The files and who writes them:
   ``jsonl`` tracking sink (``ascent.trainer.tracking.tracker.Tracker.log``);
 - ``generations.jsonl``: sample generations of RL steps (``ascent.trainer.rl.records``);
 - ``config.yaml``: the resolved config, saved when a run starts.
+
+Both writers end a record with its newline in the same write, so a last line without one that
+is not JSON is a record still being written, or one a killed run left half written: the report
+leaves it out and says so (``Run.cut``), and the run's files are never changed. A line that is
+not JSON anywhere else is refused, naming it.
 """
 
 import json
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,13 +38,16 @@ class Run:
 
     series: every metric as (step, value) pairs; generations: the records of
     ``generations.jsonl`` (empty without that file); config: the resolved config (empty
-    without ``config.yaml``) and config_text, the file as written (None without it)."""
+    without ``config.yaml``) and config_text, the file as written (None without it); cut:
+    the number of the cut last line by file name (``metrics.jsonl``), whose record is left
+    out."""
 
     path: Path
     series: dict[str, Series]
     generations: list[dict[str, Any]]
     config: dict[str, Any]
     config_text: str | None
+    cut: dict[str, int]
 
     @property
     def kind(self) -> str:
@@ -74,7 +81,8 @@ def read_run(run_dir: str | Path) -> Run:
         raise InputError(f"{path} is a file; ascent report takes a run directory (trainer.run_dir)")
     if not metrics.is_file():
         raise InputNotFound(_no_metrics(path))
-    series = _series(metrics)
+    cut: dict[str, int] = {}
+    series = _series(metrics, _records(metrics, cut))
     if not series:
         raise InputError(
             f"{metrics} holds no metrics yet: the run has not logged a step. Run the report "
@@ -86,9 +94,10 @@ def read_run(run_dir: str | Path) -> Run:
     return Run(
         path=path,
         series=series,
-        generations=list(_records(generations)) if generations.is_file() else [],
+        generations=[r for _, r in _records(generations, cut)] if generations.is_file() else [],
         config=_config(config_file, config_text),
         config_text=config_text,
+        cut=cut,
     )
 
 
@@ -105,11 +114,11 @@ def _no_metrics(path: Path) -> str:
     )
 
 
-def _series(metrics: Path) -> dict[str, Series]:
+def _series(metrics: Path, records: list[tuple[int, dict[str, Any]]]) -> dict[str, Series]:
     """Every numeric field of the records, by metric name. A step recorded twice keeps its
     last value (the later line is the newer record)."""
     by_step: dict[str, dict[int, float]] = {}
-    for number, record in enumerate(_records(metrics), start=1):
+    for number, record in records:
         step = record.get("step")
         if not isinstance(step, int) or isinstance(step, bool):
             raise InputError(
@@ -123,25 +132,42 @@ def _series(metrics: Path) -> dict[str, Series]:
     return {key: sorted(points.items()) for key, points in by_step.items()}
 
 
-def _records(path: Path) -> Iterator[dict[str, Any]]:
-    """The JSON objects of a JSONL file, one a line (blank lines skipped)."""
-    with open(path) as lines:
+def _records(path: Path, cut: dict[str, int]) -> list[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSONL file with their line numbers (blank lines skipped). A cut
+    last line (no newline, not JSON) is left out and its number put in ``cut`` under the
+    file's name, for the page's notes."""
+    records = []
+    with open(path, "rb") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise InputError(
-                    f"line {number} of {path} is not JSON ({error.msg}): {_clip(line)}. A run "
-                    "killed while writing can leave a cut last line; delete that line and run "
-                    "the report again"
-                ) from None
+                record = json.loads(line.decode("utf-8"))
+            except ValueError as error:  # JSONDecodeError, or UnicodeDecodeError
+                if not line.endswith(b"\n"):
+                    # The last line, as the file is now. Reading on would join it to what a
+                    # writer still running appends next, so the file ends here.
+                    cut[path.name] = number
+                    break
+                raise InputError(_not_json(path, number, line, error)) from None
             if not isinstance(record, dict):
                 raise InputError(
-                    f"line {number} of {path} is not a JSON object: {_clip(line)}; delete it"
+                    f"line {number} of {path} is not a JSON object: {_clip(_text(line))}; delete it"
                 )
-            yield record
+            records.append((number, record))
+    return records
+
+
+def _not_json(path: Path, number: int, line: bytes, error: ValueError) -> str:
+    reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
+    return (
+        f"line {number} of {path} is not JSON ({reason}): {_clip(_text(line))}. Only a run's "
+        "last line can be cut (a run killed or still writing); fix or delete this one"
+    )
+
+
+def _text(line: bytes) -> str:
+    return line.decode("utf-8", errors="replace")
 
 
 def _config(path: Path, text: str | None) -> dict[str, Any]:

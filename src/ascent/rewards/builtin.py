@@ -137,19 +137,29 @@ BUILTIN_SCORERS: dict[str, Scorer] = {
 PREFIX_SCORERS: dict[str, Scorer] = {"aime": math_dapo}  # verl: aime2024, aime-2025, ...
 
 
+BUILTIN_NAMES = ", ".join([*sorted(BUILTIN_SCORERS), *(f"{p}*" for p in PREFIX_SCORERS)])
+GIVE_A_SCORER = (
+    "give a scorer with reward.function='module:function' or 'file.py:function' (verl's "
+    "compute_score(data_source, solution_str, ground_truth, extra_info) signature)"
+)
+
+
+def builtin_scorer(data_source: str) -> Scorer | None:
+    """The built-in scorer of ``data_source``: by exact name, else by prefix; None if none."""
+    return BUILTIN_SCORERS.get(data_source) or next(
+        (s for prefix, s in PREFIX_SCORERS.items() if data_source.startswith(prefix)), None
+    )
+
+
 def default_compute_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None
 ) -> dict[str, float | str]:
-    """The built-in scorer of ``data_source`` (verl's default_compute_score, for these): by
-    exact name, else by prefix."""
-    scorer = BUILTIN_SCORERS.get(data_source) or next(
-        (s for prefix, s in PREFIX_SCORERS.items() if data_source.startswith(prefix)), None
-    )
+    """The built-in scorer of ``data_source`` (verl's default_compute_score, for these).
+    A run refuses sources without one when its data loads (``check_sources_are_scored``)."""
+    scorer = builtin_scorer(data_source)
     if scorer is None:
-        names = [*sorted(BUILTIN_SCORERS), *(f"{prefix}*" for prefix in PREFIX_SCORERS)]
         raise KeyError(
-            f"no built-in reward for data_source {data_source!r} (built in: "
-            f"{', '.join(names)}); set reward.function to 'module:function' or "
-            "'file.py:function'"
+            f"no built-in reward for data_source {data_source!r} (built in: {BUILTIN_NAMES}); "
+            + GIVE_A_SCORER
         )
     return scorer(solution_str, ground_truth)

@@ -23,6 +23,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ascent.errors import InputError
+
 BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 REASONING = re.compile(r"<think>.*?(</think>|\Z)", re.DOTALL)
 UNCLOSED = "<tool_call>"
@@ -91,7 +93,7 @@ def tool_call_parser(name: str) -> Callable[[str], ParsedTurn]:
         from ascent.importing import load_object
 
         return load_object(name)
-    raise ValueError(
+    raise InputError(
         f"unknown tool-call parser {name!r}: use one of {sorted(TOOL_CALL_PARSERS)} or a "
         "'module:function' returning ascent.rollout.tool_calls.ParsedTurn"
     )

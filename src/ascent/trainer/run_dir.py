@@ -49,6 +49,24 @@ class RunStart:
         return self.state.get("step", 0)
 
 
+def make_run_dir(run_dir: str | Path) -> Path:
+    """``trainer.run_dir``, created if missing; a path that cannot be a directory (a file is
+    there, or no permission) is refused with the reason."""
+    run_dir = Path(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise CannotStart(
+            f"trainer.run_dir={run_dir} is a file, or under one: give a directory"
+        ) from None
+    except OSError as error:
+        raise CannotStart(
+            f"trainer.run_dir={run_dir} cannot be created ({error.strerror}): give a "
+            "directory this user can write"
+        ) from None
+    return run_dir
+
+
 def earlier_run(run_dir: Path) -> list[str]:
     """What in ``run_dir`` a run left behind (empty: nothing, the directory is free)."""
     found = []

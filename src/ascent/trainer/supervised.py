@@ -28,7 +28,7 @@ from ascent.trainer.checkpoint_parts import restore_rng, save_run_parts
 from ascent.trainer.checkpoints import Checkpoints
 from ascent.trainer.dp_order import for_ranks
 from ascent.trainer.faults import StopRequest
-from ascent.trainer.run_dir import CannotStart, start_run
+from ascent.trainer.run_dir import CannotStart, make_run_dir, start_run
 from ascent.trainer.tracking import Tracker
 
 
@@ -96,8 +96,7 @@ class SupervisedRun:
         check_local_capacity(config)  # before a local Ray would wait minutes for it
         self.dp = config.resources.world_size
         self.steps_per_epoch = batches_per_epoch(cfg.batch_size, self.dp, len(train))
-        self.run_dir = Path(cfg.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = make_run_dir(cfg.run_dir)
         self.checkpoints = Checkpoints(
             self.run_dir, keep_last=cfg.keep_last, checksums=cfg.checksum_checkpoints
         )

@@ -2,9 +2,10 @@
 
 A row's image may be given as encoded bytes, a ``{"bytes": ..., "path": ...}`` dict (how
 ``datasets``' Image feature stores it in parquet), a file path (relative paths are taken
-from the data file's directory), a ``data:image/...;base64,`` URL, or a PIL image. Every form
-is decoded in full here, so a broken image is found when the data is loaded, not mid-step,
-and kept as one string: the data URL is JSON (batches with images save and resume like any
+from the data file's directory), a ``data:image/...;base64,`` URL, or a PIL image; a remote
+URL (``http://``, ``s3://``...) is refused with how to embed it: images are never fetched.
+Every form is decoded in full here, so a broken image is found when the data is loaded, not
+mid-step, and kept as one string: the data URL is JSON (batches with images save and resume like any
 other), pickles by reference across Ray, and is what ``ascent serve`` and vLLM take as an
 OpenAI ``image_url``.
 
@@ -25,6 +26,7 @@ its ``min_pixels``..``max_pixels``.
 import base64
 import binascii
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from ascent.errors import InputError
 # patches anyway.
 DEFAULT_MAX_PIXELS = 50_000_000
 KEPT_FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg"}
+REMOTE_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", re.ASCII)  # http://, s3://, gs://...
 
 
 class BadImage(InputError):
@@ -74,6 +77,13 @@ def _encoded_bytes(value: Any, base_dir: Path | None) -> bytes:
     if isinstance(value, str):
         if value.startswith("data:"):
             return _url_bytes(value)
+        if REMOTE_URL.match(value) and not value.startswith("file://"):
+            raise BadImage(
+                f"{value[:80]!r} is a URL, and images are not fetched (a run reads its data "
+                "from disk only, so it is reproducible and never waits on a network): "
+                "download the image and give its path, or embed it as bytes or a "
+                "data:image/...;base64 URL"
+            )
         return _file_bytes(value, base_dir)
     raise BadImage(
         f"an image must be bytes, a path, a data URL, a {{'bytes', 'path'}} dict or a PIL "

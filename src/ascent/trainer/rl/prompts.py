@@ -5,6 +5,7 @@ from typing import Any
 from ascent.data.images import row_images_for
 from ascent.data.rl import PromptCheck, RLDataConfig, RLPrompt, load_rl_prompts
 from ascent.engine.config import ModelConfig
+from ascent.rewards.builtin import BUILTIN_NAMES, GIVE_A_SCORER, builtin_scorer
 from ascent.rollout.backends import engine_capabilities, engines_with
 from ascent.rollout.protocol import Capability
 from ascent.trainer.run_dir import CannotStart
@@ -45,3 +46,24 @@ def check_images_reach_the_engine(prompts: list[RLPrompt], engine: str, agent: o
             "the prompts hold images, which agent episodes do not take yet: train on them "
             "without rollout.agent (single-turn prompts)"
         )
+
+
+def check_sources_are_scored(prompts: list[RLPrompt], function: str | None) -> None:
+    """Without ``reward.function``, each row's ``data_source`` picks a built-in scorer: a
+    source with none would score every one of its samples 0 for the whole run, so it is
+    refused now, naming the source, where its rows are, and how to give a scorer."""
+    if function is not None:
+        return
+    unscored: dict[str, list[str]] = {}
+    for prompt in prompts:
+        if builtin_scorer(prompt.data_source) is None:
+            unscored.setdefault(prompt.data_source, []).append(prompt.prompt_id)
+    if not unscored:
+        return
+    sources = "; ".join(
+        f"{source!r} ({len(rows)} rows, first {rows[0]})" for source, rows in unscored.items()
+    )
+    raise CannotStart(
+        f"no built-in scorer for data_source {sources}; the built-in ones are {BUILTIN_NAMES}. "
+        f"Rename the source to one of them if it is that task, or {GIVE_A_SCORER}"
+    )

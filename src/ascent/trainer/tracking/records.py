@@ -4,15 +4,33 @@ import json
 import math
 from pathlib import Path
 
+from ascent.errors import InputError
+
 
 def keep_records_up_to(path: Path, step: int) -> None:
     """Drop the JSONL records of steps after ``step`` (written by an attempt that did not
-    reach its next checkpoint), atomically."""
+    reach its next checkpoint), atomically. A last line without its newline is the record a
+    killed attempt was writing (each record and its newline go in one write): dropped if it
+    is cut, else kept with its newline, so the resumed run's first record starts a line."""
     if not path.is_file():
         return
-    lines = path.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
-    if len(kept) != len(lines):
+    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines(keepends=True)
+    kept = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            if number == len(lines) and not line.endswith("\n"):
+                continue  # cut by the kill: the attempt's step is run again
+            raise InputError(
+                f"line {number} of {path} is not JSON ({error}); only a killed run's last "
+                "line can be cut: fix or delete this one to resume"
+            ) from None
+        if record.get("step", 0) <= step:
+            kept.append(line if line.endswith("\n") else line + "\n")
+    if kept != lines:
         temporary = path.with_name(path.name + ".tmp")
         temporary.write_text("".join(kept))
         temporary.replace(path)

@@ -14,12 +14,14 @@ from ascent.rollout.vllm_server import start_vllm_servers
 
 
 @contextmanager
-def ascent_serve(model_dir, log: Path, *flags: str, timeout: float = 120) -> Iterator:
-    """``ascent serve MODEL_DIR --port P *flags``, up until the block ends; its output in
-    ``log`` (named in the error if it does not come up)."""
+def ascent_serve(
+    model_dir, log: Path, *flags: str, timeout: float = 120, env: dict | None = None
+) -> Iterator:
+    """``ascent serve MODEL_DIR --port P *flags`` (with ``env`` added to this environment), up
+    until the block ends; its output in ``log`` (named in the error if it does not come up)."""
     port = free_port()
     command = [sys.executable, "-m", "ascent", "serve", str(model_dir), "--port", str(port)]
-    server = ServerProcess([*command, *flags], port, log)
+    server = ServerProcess([*command, *flags], port, log, env)
     server.start(timeout)
     try:
         yield server

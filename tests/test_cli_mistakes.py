@@ -148,3 +148,32 @@ def test_a_run_dir_that_is_a_file_is_refused(tiny_model, prompts, tmp_path, caps
     code = train(tmp_path, tiny_model, prompts, f"trainer.run_dir={tmp_path / 'taken'}")
     assert code == 2
     one_message(capsys, f"trainer.run_dir={tmp_path / 'taken'} is a file")
+
+
+def test_a_resume_path_that_is_not_there_is_a_user_error(tiny_model, prompts, tmp_path, capsys):
+    """Exit 2 (what the user gave), not 1 (a fault of the run)."""
+    code = train(tmp_path, tiny_model, prompts, f"trainer.resume={tmp_path / 'no_checkpoint'}")
+    assert code == 2
+    one_message(capsys, "no_checkpoint: no such checkpoint directory")
+
+
+def test_a_tool_file_that_does_not_import_is_named(tiny_model, prompts, tmp_path, capsys):
+    (tmp_path / "broken.py").write_text("def add(a: int, b: int) -> int\n    return a + b\n")
+    spec = f"{tmp_path / 'broken.py'}:add"
+    code = train(
+        tmp_path, tiny_model, prompts, "data.chat_template=true", f"rollout.agent.tools=[{spec}]"
+    )
+    assert code == 2
+    one_message(capsys, f"entry '{spec}'", "importing it raised SyntaxError (line 1)")
+
+
+def test_a_user_error_inside_a_worker_is_one_message(tiny_model, prompts, tmp_path, capsys):
+    """The reward model's path is read where the reward model loads, in its worker: the
+    worker's user error reaches the command as its message, with the role, not as a worker
+    traceback and exit 1."""
+    code = train(tmp_path, tiny_model, prompts, f"reward_model.model.path={tmp_path / 'no_rm'}")
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "worker traceback" not in err
+    last = err.strip().splitlines()[-1]  # above it: the other roles' loading progress
+    assert last.startswith("ascent train: reward_model (rank 0): no model at"), err

@@ -73,9 +73,20 @@ def main(argv: list[str] | None = None) -> int:
     if _command(sys.argv[1:] if argv is None else argv) == "serve":
         # The engine's flags come from its settings, which import torch (about 3 s): only
         # ``serve`` pays for them, not ``report`` or ``--help``.
-        from ascent.rollout.serve_args import add_engine_arguments
+        from ascent.rollout.serve_args import ADMIN_TOKEN_ENV, API_KEY_ENV, add_engine_arguments
 
         add_engine_arguments(serve)
+        serve.add_argument(
+            "--api-key",
+            help="require `Authorization: Bearer KEY` on the /v1 routes, as vLLM's --api-key "
+            f"(default: ${API_KEY_ENV})",
+        )
+        serve.add_argument(
+            "--admin-token",
+            help="require `Authorization: Bearer TOKEN` on the control routes (/update_weights, "
+            "/pause, /sleep, ...); required unless --host is loopback (default: "
+            f"${ADMIN_TOKEN_ENV}, which keeps it out of the process list)",
+        )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument(
@@ -134,6 +145,8 @@ def _run(args: argparse.Namespace) -> int:
             device=args.device,
             seed=args.seed,
             request_timeout_s=args.request_timeout,
+            api_key=args.api_key,
+            admin_token=args.admin_token,
         )
     if args.command == "report":
         from ascent.report import write_report
@@ -249,8 +262,11 @@ def _run_failures() -> tuple[type[BaseException], ...]:
 def _failed(command: str, error: BaseException, run_dir: str) -> int:
     """The error, then always the same last line (where to resume), whatever failed: a
     worker that dies while a checkpoint is written fails the save, and says so above it."""
+    from ascent.errors import UserError
     from ascent.trainer.checkpoints import Checkpoints
 
+    if isinstance(error, UserError):  # a checkpoint the user named and that is not there
+        raise error
     latest = Checkpoints(run_dir).latest()
     _stop_ray_output()
     print(f"ascent {command}: {error}", file=sys.stderr)

@@ -41,6 +41,17 @@ def _import(module_name: str) -> Any:
         raise InputError(
             f"cannot import module {module_name!r} ({error}); is it installed or on PYTHONPATH?"
         ) from error
+    except Exception as error:
+        raise _failed_at_import(module_name, error) from error
+
+
+def _failed_at_import(name: str, error: Exception) -> InputError:
+    """The user's module raised while it was imported (a syntax error, an exception at module
+    level): named with where, so the user fixes their file; ``--debug`` shows the traceback."""
+    where = f" (line {error.lineno})" if isinstance(error, SyntaxError) and error.lineno else ""
+    return InputError(
+        f"cannot load {name!r}: importing it raised {type(error).__name__}{where}: {error}"
+    )
 
 
 def _load_file(path_text: str) -> Any:
@@ -57,6 +68,9 @@ def _load_file(path_text: str) -> Any:
     sys.modules[module_name] = module
     try:
         module_spec.loader.exec_module(module)
+    except Exception as error:
+        del sys.modules[module_name]
+        raise _failed_at_import(path_text, error) from error
     except BaseException:
         del sys.modules[module_name]
         raise

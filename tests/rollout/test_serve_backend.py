@@ -6,6 +6,7 @@ weights when they die (an async RL run on them: tests/trainer/test_async_rl.py).
 import asyncio
 import time
 
+import httpx
 import pytest
 import torch
 
@@ -14,6 +15,7 @@ from ascent.models.loading import causal_lm_from_config
 from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from ascent.rollout.backends import start_backend
 from ascent.rollout.background import BackgroundBackend
+from ascent.rollout.serve_args import ADMIN_TOKEN_ENV
 from ascent.rollout.serve_backend import ServeBackend
 from ascent.rollout.weight_files import write_weights
 from ascent.workers.rollout import RolloutConfig
@@ -99,8 +101,18 @@ def test_a_dead_server_restarts_with_the_latest_weights_and_the_version_count(
     assert process.starts == 2
     assert again[0].token_ids == expected[0].token_ids
     assert set(again[0].weight_versions) == {version}
-    newcomer = ServeBackend([served.urls[0]], "policy")
+    token = served.processes[0].env[ADMIN_TOKEN_ENV]  # a newcomer is told the server's token
+    newcomer = ServeBackend([served.urls[0]], "policy", admin_token=token)
     assert set(newcomer.generate_batch(PROMPTS[:1], GREEDY)[0].weight_versions) == {0}
+
+
+def test_a_server_started_here_takes_control_calls_from_this_backend_alone(served):
+    """Loopback is shared by every user of the machine: the server gets a fresh admin token
+    that only its backend sends (its calls above all worked); anyone else gets a 401."""
+    url = served.urls[0]
+    assert httpx.post(f"{url}/pause", params={"mode": "keep"}).status_code == 401
+    assert httpx.post(f"{url}/update_weight_version", json={"new_version": 9}).status_code == 401
+    assert httpx.get(f"{url}/health").status_code == 200
 
 
 def test_a_server_without_per_token_versions_is_refused_by_name(served):

@@ -1,6 +1,8 @@
 """Errors a worker group raises on the driver. Each names the role, the rank and the host,
 so a failure in a 16-process job says where it happened without digging through logs."""
 
+from ascent.errors import UserError
+
 
 class WorkerError(RuntimeError):
     """A worker method raised. Carries the worker's own traceback as text."""
@@ -18,6 +20,21 @@ class WorkerError(RuntimeError):
     def __reduce__(self) -> tuple:
         args = (self.role, self.method, self.rank, self.host, self.pid, self.error, self.traceback)
         return type(self), args
+
+
+class WorkerInputError(WorkerError, UserError):
+    """A worker method refused what the user gave (a ``UserError`` in the worker, such as a
+    model path that holds no model): its message alone, as the driver's own user errors;
+    the worker's traceback stays in ``traceback`` for ``--debug``."""
+
+    def __init__(
+        self, role: str, method: str, rank: int, host: str, pid: int, error: str, traceback: str
+    ) -> None:
+        super().__init__(role, method, rank, host, pid, error, traceback)
+        self.args = (f"{role} (rank {rank}): {error}",)
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 class WorkerDied(RuntimeError):

@@ -17,10 +17,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ascent.controller.errors import WorkerError
+from ascent.controller.errors import WorkerError, WorkerInputError
 from ascent.controller.randomness import seed_everything, use_deterministic_kernels
 from ascent.controller.refs import resolve
 from ascent.controller.worker import Role, Worker, WorkerContext
+from ascent.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -145,13 +146,16 @@ class WorkerHost:
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as error:  # e.g. torch's CheckpointException on a full disk
-            raise WorkerError(
+            kind, text = WorkerError, f"{type(error).__name__}: {error}"
+            if isinstance(error, UserError):  # the user's mistake: its message says it all
+                kind, text = WorkerInputError, str(error)
+            raise kind(
                 role=role,
                 method=method,
                 rank=self.placement.rank,
                 host=socket.gethostname(),
                 pid=os.getpid(),
-                error=f"{type(error).__name__}: {error}",
+                error=text,
                 traceback=traceback.format_exc(),
             ) from error
         finally:

@@ -12,7 +12,7 @@ from ascent.rollout.config import GenerationConfig
 from ascent.rollout.engine import NativeEngine, load_generation_model
 from ascent.rollout.hf_backend import TransformersBackend
 from ascent.rollout.hf_engine import TransformersEngine
-from ascent.rollout.http_backend import HTTPBackend
+from ascent.rollout.http_backend import HTTPBackend, bearer
 from ascent.rollout.native_backend import NativeBackend
 from ascent.rollout.protocol import Capability, RolloutBackend
 from ascent.rollout.serve_backend import ServeBackend, start_serve_backend
@@ -69,12 +69,10 @@ def frozen_endpoint(config: GenerationConfig, tokenizer: object) -> HTTPBackend:
     server = config.server
     if not server.urls or not server.model:
         raise ValueError("rollout.engine=openai needs rollout.server.urls and rollout.server.model")
-    key = os.environ.get(server.api_key_env)
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
     return HTTPBackend(
         server.urls,
         server.model,
         tokenizer=tokenizer,
         request_timeout_s=server.request_timeout_s,
-        headers=headers,
+        headers=bearer(os.environ.get(server.api_key_env)),
     )

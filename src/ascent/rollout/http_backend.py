@@ -36,6 +36,11 @@ from ascent.rollout.types import SamplingParams
 from ascent.rollout.weight_files import write_weights
 
 
+def bearer(token: str | None) -> dict:
+    """The headers that carry ``token`` (an API key, an admin token); none without one."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 class HTTPBackend(RolloutBackend):
     """``urls``: one or more OpenAI-compatible servers (``http://host:port``) serving
     ``model``. Requests spread round-robin; a ``session_id`` always goes to the same server
@@ -205,17 +210,6 @@ class HTTPBackend(RolloutBackend):
 
     # -- control plane --------------------------------------------------------------------------
 
-    async def _admin(self, method: str, path: str, **kwargs: object) -> list[httpx.Response]:
-        """The same admin call on every server; raises naming the server that refused."""
-        client = self._client()
-        responses = await asyncio.gather(
-            *(client.request(method, f"{url}{path}", **kwargs) for url in self.urls)
-        )
-        for url, response in zip(self.urls, responses, strict=True):
-            if response.status_code >= 400:
-                raise RuntimeError(f"{url}{path} answered {response.status_code}: {response.text}")
-        return responses
-
     async def health(self) -> dict:
         client = self._client()
         states = {}
@@ -255,8 +249,15 @@ class PolicyServers(HTTPBackend):
 
     stops_as_given = True
 
-    def __init__(self, *args: object, weights_root: str | None = None, **kwargs: object) -> None:
+    def __init__(
+        self,
+        *args: object,
+        weights_root: str | None = None,
+        admin_token: str | None = None,
+        **kwargs: object,
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self.admin_headers = bearer(admin_token)  # on control calls; ``headers`` on the rest
         self.weights_path: str | None = None
         # Where the rollout worker writes each refresh (replaced in place every step).
         if weights_root is not None:
@@ -298,10 +299,24 @@ class PolicyServers(HTTPBackend):
         """Servers ``indices`` reload from ``path``, after which they hold ``version``."""
         raise NotImplementedError
 
+    async def _admin(self, method: str, path: str, **kwargs: object) -> list[httpx.Response]:
+        """The same admin call on every server; raises naming the server that refused."""
+        client = self._client()
+        responses = await asyncio.gather(
+            *(
+                client.request(method, f"{url}{path}", headers=self.admin_headers, **kwargs)
+                for url in self.urls
+            )
+        )
+        for url, response in zip(self.urls, responses, strict=True):
+            if response.status_code >= 400:
+                raise RuntimeError(f"{url}{path} answered {response.status_code}: {response.text}")
+        return responses
+
     async def _post(self, index: int, route: str, body: dict | None = None) -> httpx.Response:
         """An admin POST to server ``index``; raises naming the server if it refuses."""
         url = self.urls[index]
-        response = await self._client().post(f"{url}{route}", json=body)
+        response = await self._client().post(f"{url}{route}", json=body, headers=self.admin_headers)
         if response.status_code >= 400:
             raise RuntimeError(
                 f"{url}{route} answered {response.status_code}: {response.text[:2000]}"

@@ -1,7 +1,9 @@
 """``ascent serve``'s engine flags, generated from ``EngineSettings``: names, types, choices,
 defaults and help come from the fields' declarations, so the server's command line, the
 command the ``serve`` rollout backend builds (``SERVE_KNOBS.args``) and the settings the
-server parses back (``settings_from_args``) cannot disagree."""
+server parses back (``settings_from_args``) cannot disagree. Also the environment variables
+the server takes its keys from, which the backend sets for a server it starts and reads for
+one it is given (``ascent.serve.access`` says what each key guards)."""
 
 import argparse
 from typing import Literal, get_args, get_origin
@@ -13,6 +15,10 @@ from ascent.rollout.engine_settings import (
     Flag,
     setting_field,
 )
+
+# ``ascent serve``'s keys when --api-key / --admin-token are not given.
+API_KEY_ENV = "ASCENT_API_KEY"
+ADMIN_TOKEN_ENV = "ASCENT_ADMIN_TOKEN"
 
 SERVE_KNOBS = CommandKnobs(
     flags={

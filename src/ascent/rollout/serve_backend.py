@@ -11,9 +11,15 @@ Versions are the trainer's: each refresh tells the servers what to call the new 
 they stamp it on every token. A client that connects to a running server first tells it to
 call the weights it holds version 0 (``/update_weight_version``); a restarted server is given
 the latest weights with their version before it serves again.
+
+Keys (``ascent.serve.access``): a server started here is given a fresh random admin token
+through its environment, which only this backend knows, and no API key; for servers at
+``rollout.server.urls``, the backend sends ``$ASCENT_ADMIN_TOKEN`` on the control routes and
+``$ASCENT_API_KEY`` on the ``/v1`` routes, when set: the variables the servers read theirs from.
 """
 
 import os
+import secrets
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -25,9 +31,9 @@ import torch
 from ascent.models.families import native_refusal
 from ascent.rollout.config import GenerationConfig
 from ascent.rollout.engine_settings import EngineSettings
-from ascent.rollout.http_backend import PolicyServers
+from ascent.rollout.http_backend import PolicyServers, bearer
 from ascent.rollout.protocol import Capability
-from ascent.rollout.serve_args import SERVE_KNOBS
+from ascent.rollout.serve_args import ADMIN_TOKEN_ENV, API_KEY_ENV, SERVE_KNOBS
 from ascent.rollout.server_process import SERVED_NAME, ServerProcess, free_port
 
 
@@ -49,10 +55,18 @@ class ServeBackend(PolicyServers):
     def _call_it_version_0(self, url: str) -> None:
         try:
             response = httpx.post(
-                f"{url}/update_weight_version", json={"new_version": 0}, timeout=self.timeout
+                f"{url}/update_weight_version",
+                json={"new_version": 0},
+                headers=self.admin_headers,
+                timeout=self.timeout,
             )
         except httpx.HTTPError as error:
             raise ConnectionError(f"{self.name}: {url} does not answer: {error}") from None
+        if response.status_code == 401:
+            raise RuntimeError(
+                f"{url} refused the admin token: set ${ADMIN_TOKEN_ENV} to the server's (its "
+                "--admin-token) where the rollout workers run"
+            )
         if response.status_code != 200:
             raise RuntimeError(
                 f"{url}/update_weight_version answered {response.status_code}: is it `ascent "
@@ -102,7 +116,13 @@ def start_serve_backend(
     }
     if server.urls:
         url = server.urls[rank % len(server.urls)]
-        return ServeBackend([url], server.model or SERVED_NAME, **common)
+        return ServeBackend(
+            [url],
+            server.model or SERVED_NAME,
+            headers=bearer(os.environ.get(API_KEY_ENV)),
+            admin_token=os.environ.get(ADMIN_TOKEN_ENV),
+            **common,
+        )
     port = free_port()
     command = serve_command(
         config,
@@ -112,11 +132,14 @@ def start_serve_backend(
         request_timeout_s=server.request_timeout_s,
     )
     log = Path(tempfile.gettempdir()) / "ascent-serve-logs" / f"{os.getpid()}-rank{rank}.log"
-    process = ServerProcess(command, port, log).start(server.startup_timeout_s)
+    token = secrets.token_urlsafe(32)
+    keys = {ADMIN_TOKEN_ENV: token, API_KEY_ENV: ""}  # "": not the key this process may hold
+    process = ServerProcess(command, port, log, env=keys).start(server.startup_timeout_s)
     return ServeBackend(
         [process.url],
         SERVED_NAME,
         processes=[process],
+        admin_token=token,
         startup_timeout_s=server.startup_timeout_s,
         **common,
     )

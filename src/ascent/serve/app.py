@@ -7,7 +7,8 @@ carries ``token_ids``, ``prompt_token_ids`` and ``weight_versions`` (one per tok
 client trains on exactly what was sampled. Control plane, as in vLLM's dev mode:
 ``POST /pause?mode=abort|wait|keep``, ``/resume``, ``/update_weights`` (``{"path": DIR,
 "version": N}``), ``/update_weight_version`` (``{"new_version": N}``, as vLLM's),
-``/sleep``, ``/wake_up``; ``GET /weight_version``, ``/health``.
+``/sleep``, ``/wake_up``; ``GET /weight_version``, ``/health``. Who may call which:
+``ascent.serve.access`` (an API key on ``/v1``, an admin token on the control routes).
 
 Every request is served concurrently: each becomes engine requests that join the running
 batch. A bad request gets an OpenAI-style error body (``{"error": {"message", "type",
@@ -20,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ascent.rollout.native_backend import NativeBackend
+from ascent.serve.access import Access, AccessControl
 from ascent.serve.chat import Chat
 from ascent.serve.completions import Completions
 from ascent.serve.control import Control
@@ -41,12 +43,19 @@ async def server_error(_: Request, bad: Exception) -> JSONResponse:
 
 
 def build_app(
-    backend: NativeBackend, model_name: str, *, request_timeout_s: float | None = 600.0
+    backend: NativeBackend,
+    model_name: str,
+    *,
+    request_timeout_s: float | None = 600.0,
+    access: Access | None = None,
 ) -> FastAPI:
     """The FastAPI app serving ``backend`` under the name ``model_name``: every route, each
-    handled by a method of the route group it belongs to. Route methods have no docstrings:
-    FastAPI would publish them as the routes' OpenAPI descriptions."""
+    handled by a method of the route group it belongs to, behind the keys of ``access`` (none
+    by default). Route methods have no docstrings: FastAPI would publish them as the routes'
+    OpenAPI descriptions."""
     app = FastAPI(title="ascent serve")
+    if access is not None and access.guarded:
+        app.add_middleware(AccessControl, access=access)
     app.exception_handler(RequestError)(request_error)
     app.exception_handler(Exception)(server_error)
     served = Served(backend, model_name, request_timeout_s)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ascent.batch.storage import fsync_path
+from ascent.errors import InputError
 
 OS_ERROR_LINE = re.compile(r"\w*Error: \[Errno \d+\][^\n]*")
 STATE_FILE = "trainer_state.json"
@@ -32,6 +33,10 @@ MANIFEST = "manifest.json"
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written, or one asked for cannot be used."""
+
+
+class CheckpointNotFound(CheckpointError, InputError):
+    """A checkpoint the user named is not there: a user error (exit 2), not a fault."""
 
 
 class SaveFailed(CheckpointError):
@@ -128,7 +133,7 @@ class Checkpoints:
                 raise CheckpointError(f"trainer.resume={setting}: no intact checkpoint in it")
             return found
         if not path.is_dir():
-            raise CheckpointError(f"trainer.resume={setting}: no such checkpoint directory")
+            raise CheckpointNotFound(f"trainer.resume={setting}: no such checkpoint directory")
         problems = verify(path)
         if problems:
             raise CheckpointError(

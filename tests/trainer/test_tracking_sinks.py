@@ -1,8 +1,9 @@
 """Each tracking sink read back through its own tool: TensorBoard's event reader, MLflow's
 client, wandb's offline run file (its own protobuf records) and SwanLab's offline store
 (its own reader). Config, metrics per step, the resolved config as parameters, sample
-generations as a table; a failing sink is reported once and turned off while the others
-and the run go on; mlflow and wandb reopen their runs on resume."""
+generations as a table; a sink failing later (or at start, with tracking.best_effort) is
+reported once and turned off while the others and the run go on; mlflow and wandb reopen their
+runs on resume. A sink that cannot start stopping the run: test_tracking_start.py."""
 
 import json
 import sys
@@ -140,16 +141,16 @@ def test_swanlab_offline_run_holds_config_scalars_and_the_samples(tmp_path):
 
 
 def test_a_failing_sink_is_reported_once_and_turned_off(tmp_path, capsys, monkeypatch):
-    """wandb online without credentials cannot start; an mlflow run deleted under the
-    tracker fails its next write; JSONL and the run go on."""
+    """With best_effort, wandb online without credentials cannot start and is turned off;
+    in either mode, an mlflow run deleted under the tracker fails its next write; JSONL and
+    the run go on."""
     import mlflow
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
-    tracker = Tracker(
-        tmp_path, TrackingConfig(sinks=["jsonl", "wandb", "mlflow"], mode="online"), RUN_CONFIG
-    )
+    settings = TrackingConfig(sinks=["jsonl", "wandb", "mlflow"], mode="online", best_effort=True)
+    tracker = Tracker(tmp_path, settings, RUN_CONFIG)
     assert [sink.name for sink in tracker.sinks] == ["mlflow"]
     tracker.log({"loss": 1.0}, 0)
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -84,8 +84,8 @@ def batches_per_epoch(batch_size: int, dp: int, examples: int) -> int:
 
 class SupervisedRun:
     """One run of the loop. Constructing it starts the run: the checks that need nothing
-    written, the run directory (claimed, config written), the worker group and the tracker,
-    and the resumed checkpoint if there is one; ``run`` then trains, saves and exports."""
+    written, the run directory (claimed, config written), the tracker, the worker group, and
+    the resumed checkpoint if there is one; ``run`` then trains, saves and exports."""
 
     def __init__(
         self, config: Any, tokenizer: Any, task: SupervisedTask, train: list, val: list
@@ -105,17 +105,7 @@ class SupervisedRun:
         self.total_steps = self.steps_per_epoch * cfg.epochs
         if cfg.max_steps is not None:
             self.total_steps = min(self.total_steps, cfg.max_steps)
-        self.group = spawn_group(
-            task.worker,
-            config.resources.pool(),
-            role=task.role,
-            args=(task.worker_config,),
-            backend=config.resources.backend,
-            ray_address=config.resources.ray_address,
-            seed=cfg.seed,
-            deterministic=cfg.deterministic,
-        )
-        self.start = begin.step
+        # Tracking that cannot start stops the run here, before a worker loads the model.
         self.tracker = Tracker(
             self.run_dir,
             config.tracking,
@@ -124,6 +114,21 @@ class SupervisedRun:
             resume_step=begin.records_up_to,
             run_ids=begin.state.get("tracking"),
         )
+        try:  # a start that fails leaves no tracker's run open (an MLflow run RUNNING)
+            self.group = spawn_group(
+                task.worker,
+                config.resources.pool(),
+                role=task.role,
+                args=(task.worker_config,),
+                backend=config.resources.backend,
+                ray_address=config.resources.ray_address,
+                seed=cfg.seed,
+                deterministic=cfg.deterministic,
+            )
+        except BaseException:
+            self.tracker.close()
+            raise
+        self.start = begin.step
         if begin.checkpoint is not None:
             self.group.load_checkpoint(str(begin.checkpoint / task.role))
             restore_rng(begin.checkpoint, {task.role: self.group})

@@ -10,6 +10,7 @@ from ascent.batch import Batch
 from ascent.controller import WorkerGroup
 from ascent.rollout.types import response_lengths
 from ascent.trainer.rl.config import RLConfig
+from ascent.trainer.run_dir import RunStart
 from ascent.trainer.tracking import Tracker, keep_records_up_to
 
 TRAINED_PROMPTS = "trained_prompts.jsonl"  # per step: the prompt_id of every group trained on
@@ -76,18 +77,16 @@ class StepRecords:
         return records
 
 
-def run_tracker(
-    config: RLConfig, run_dir: Path, resumed: int | None, run_ids: dict | None
-) -> Tracker:
-    """Metrics to the tracking sinks; a run resumed at step ``resumed`` continues the same
-    tracked runs (``run_ids``) from there."""
+def run_tracker(config: RLConfig, run_dir: Path, begin: RunStart) -> Tracker:
+    """Metrics to the tracking sinks; a resumed run continues the tracked runs its checkpoint
+    names from the checkpoint's step. A ``TrackingCannotStart`` when a sink cannot start."""
     return Tracker(
         run_dir,
         config.tracking,
         config.model_dump(mode="json"),
         console_keys=CONSOLE,
-        resume_step=resumed,
-        run_ids=run_ids,
+        resume_step=begin.records_up_to,
+        run_ids=begin.state.get("tracking"),
     )
 
 

@@ -164,14 +164,19 @@ def spawn_roles(config: RLConfig, plan: Plan, longest_prompt: int) -> dict[str, 
     if scorer is not None and scorer.resources is not None:
         role = Role(RewardModelWorker, args=(scorer.worker_config(),))
         own_devices.append(("reward_model", role, scorer.resources))
-    for name, role, own in own_devices:
-        separate = spawn_groups(
-            {name: role},
-            own.pool(),
-            backend=own.backend,
-            ray_address=own.ray_address or config.resources.ray_address,
-            seed=config.trainer.seed,
-            deterministic=config.trainer.deterministic,
-        )
-        groups[name] = separate[name]
+    try:
+        for name, role, own in own_devices:
+            separate = spawn_groups(
+                {name: role},
+                own.pool(),
+                backend=own.backend,
+                ray_address=own.ray_address or config.resources.ray_address,
+                seed=config.trainer.seed,
+                deterministic=config.trainer.deterministic,
+            )
+            groups[name] = separate[name]
+    except BaseException:  # the groups already up would outlive the failed start
+        for group in {id(g.hosts): g for g in groups.values()}.values():
+            group.shutdown()
+        raise
     return groups

@@ -21,7 +21,11 @@ from ascent.trainer.rl.advantage import AdvantageStage
 from ascent.trainer.rl.collapse import CollapseWatch
 from ascent.trainer.rl.config import RLConfig
 from ascent.trainer.rl.plan import make_plan
-from ascent.trainer.rl.prompts import check_images_reach_the_engine, load_run_prompts
+from ascent.trainer.rl.prompts import (
+    check_images_reach_the_engine,
+    check_sources_are_scored,
+    load_run_prompts,
+)
 from ascent.trainer.rl.records import StepRecords, run_tracker, write_processes
 from ascent.trainer.rl.rewards import RunRewards
 from ascent.trainer.rl.roles import spawn_roles
@@ -29,7 +33,7 @@ from ascent.trainer.rl.rows import row_kind
 from ascent.trainer.rl.sources import Scoring, rollout_source
 from ascent.trainer.rl.timing import StageTimes
 from ascent.trainer.rl.validation import validate
-from ascent.trainer.run_dir import start_run
+from ascent.trainer.run_dir import make_run_dir, start_run
 
 
 class RLRun:
@@ -49,8 +53,8 @@ class RLRun:
         check_images_reach_the_engine(
             [*train, *self.val_prompts], config.rollout.engine, config.rollout.agent
         )
-        self.run_dir = Path(cfg.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        check_sources_are_scored([*train, *self.val_prompts], config.reward.function)
+        self.run_dir = make_run_dir(cfg.run_dir)
         self.checkpoints = Checkpoints(
             self.run_dir, keep_last=cfg.keep_last, checksums=cfg.checksum_checkpoints
         )
@@ -62,6 +66,22 @@ class RLRun:
         self.total_steps = cfg.total_steps or per_epoch * cfg.epochs
         function_rewards = RewardManager(config.reward, self.tokenizer)  # checked before spawning
         judge = Judge(config.judge) if config.judge is not None else None  # its API key too
+        self.groups: dict = {}
+        try:  # tracking that cannot start stops the run here, before a worker loads a model
+            self.tracker = run_tracker(config, self.run_dir, self.begin)
+            self._start(train, function_rewards, judge)
+        except BaseException:  # nothing opened is left running (an MLflow run, a pool, workers)
+            if hasattr(self, "tracker"):
+                self.tracker.close()
+            function_rewards.close()
+            if judge is not None:
+                judge.close()
+            self._shutdown_groups()
+            raise
+
+    def _start(self, train: list, function_rewards: RewardManager, judge: Judge | None) -> None:
+        """The workers and what the loop reads: after every check that needs none of them."""
+        config, cfg = self.config, self.config.trainer
         self.algorithm = AdvantageStage(
             self.plan, config.algorithm.kl, config.rollout.max_response_length, cfg.seed, self.rows
         )
@@ -80,7 +100,6 @@ class RLRun:
         write_processes(self.run_dir / "processes.json", self.groups)
         resumed = self.begin.records_up_to
         self.records = StepRecords(self.run_dir, self.tokenizer, cfg.log_generations, resumed)
-        self.tracker = run_tracker(config, self.run_dir, resumed, self.begin.state.get("tracking"))
         self.timer = StageTimes()
         self.start_step = self.saved_step = self._resume()
         self.source = rollout_source(
@@ -198,5 +217,8 @@ class RLRun:
     def close(self) -> None:
         self.tracker.close()
         self.rewards.close()
+        self._shutdown_groups()
+
+    def _shutdown_groups(self) -> None:
         for group in {id(g.hosts): g for g in self.groups.values()}.values():  # colocated share
             group.shutdown()

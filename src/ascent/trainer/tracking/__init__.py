@@ -3,6 +3,13 @@ mlflow and swanlab (``tracker.py``; each tool in a module of its own)."""
 
 from ascent.trainer.tracking.config import Sink, TrackingConfig
 from ascent.trainer.tracking.records import console_line, keep_records_up_to
-from ascent.trainer.tracking.tracker import Tracker
+from ascent.trainer.tracking.tracker import Tracker, TrackingCannotStart
 
-__all__ = ["Sink", "Tracker", "TrackingConfig", "console_line", "keep_records_up_to"]
+__all__ = [
+    "Sink",
+    "Tracker",
+    "TrackingCannotStart",
+    "TrackingConfig",
+    "console_line",
+    "keep_records_up_to",
+]

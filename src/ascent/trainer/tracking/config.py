@@ -11,8 +11,9 @@ Sink = Literal["console", "jsonl", "tensorboard", "wandb", "mlflow", "swanlab"]
 
 class TrackingConfig(Strict):
     """Where metrics go. wandb, mlflow and swanlab are optional packages (pip install
-    'ascent[tracking]'); a sink that fails during the run is reported once and turned off,
-    and the run goes on."""
+    'ascent[tracking]'). A sink that cannot start stops the run before its first step, saying
+    why and what to do (``best_effort`` runs on without it); one that fails later in the run
+    is reported once and turned off, and the run goes on."""
 
     sinks: list[Sink] = Field(
         ["console", "jsonl", "tensorboard"], description="Metric sinks to write to."
@@ -28,6 +29,11 @@ class TrackingConfig(Strict):
         None,
         description="MLflow tracking URI; None: $MLFLOW_TRACKING_URI if set, else a SQLite "
         "store in the run directory (mlflow.db, artifacts in mlflow-artifacts/).",
+    )
+    best_effort: bool = Field(
+        False,
+        description="A sink that cannot start (no credentials, no server) is reported and "
+        "turned off and the run goes on; off: the run stops before its first step, saying why.",
     )
     console_every: int = Field(1, ge=1, description="Print a console line every N steps.")
     console_keys: list[str] | None = Field(

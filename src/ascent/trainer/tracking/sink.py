@@ -3,8 +3,10 @@
 A sink opens in ``__init__`` from a ``SinkContext``, then takes ``log(metrics, step)`` (the
 step's scalars), ``log_samples(rows, step)`` (sample generations: dicts with the same keys,
 as a table where the tool has one) and ``close()``; ``run_id()`` is what a resumed run
-reopens it with (None when the tool cannot resume). Any of them may raise: the ``Tracker``
-reports it and turns that sink off.
+reopens it with (None when the tool cannot resume). Any of them may raise. Opening must fail
+in seconds, never prompt and never wait minutes, since the ``Tracker`` stops the run when a
+sink cannot start; its class's ``fix`` says what the user does then. Later failures the
+``Tracker`` reports once, and turns that sink off.
 """
 
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ class SinkContext:
 
 class MetricSink(Protocol):
     name: str
+    fix: str  # what to do when it cannot start, for the message that stops the run
 
     def log(self, metrics: dict[str, float], step: int) -> None: ...
 

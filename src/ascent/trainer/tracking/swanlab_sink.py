@@ -1,12 +1,19 @@
 """SwanLab: the resolved config as the run's config, scalars per step, sample generations
 as a text table. ``tracking.mode=offline`` writes the run under ``RUN_DIR/swanlog`` for
-``swanlab sync``. SwanLab resumes runs only online; an offline resumed run is a new run."""
+``swanlab sync``. SwanLab resumes runs only online; an offline resumed run is a new run.
+Online without an API key, SwanLab would ask at a terminal; it is told not to
+(``interactive=False``), so the run stops at once with its "no API key" error."""
 
 from ascent.trainer.tracking.sink import SinkContext, markdown_table, optional
 
 
 class SwanLabSink:
     name = "swanlab"
+    fix = (
+        "Log in to SwanLab (`swanlab login`, or set SWANLAB_API_KEY) and check that its "
+        "server is reachable, or set tracking.mode=offline to write the run under the run "
+        "directory for `swanlab sync` later"
+    )
 
     def __init__(self, context: SinkContext) -> None:
         self.swanlab = optional("swanlab")
@@ -21,6 +28,7 @@ class SwanLabSink:
             id=context.run_id if resume else None,
             resume="allow" if resume else "never",
             reinit=True,
+            settings=self.swanlab.Settings(interactive=False),
         )
 
     def log(self, metrics: dict[str, float], step: int) -> None:

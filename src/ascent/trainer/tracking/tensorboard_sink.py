@@ -8,6 +8,7 @@ from ascent.trainer.tracking.sink import SinkContext, markdown_table
 
 class TensorBoardSink:
     name = "tensorboard"
+    fix = "Check that the run directory is writable and its disk not full"
 
     def __init__(self, context: SinkContext) -> None:
         from torch.utils.tensorboard import SummaryWriter

@@ -2,9 +2,15 @@
 
 The console line and the JSONL file (``RUN_DIR/metrics.jsonl``) are the run directory's own
 records; TensorBoard, wandb, mlflow and swanlab are sinks (``ascent.trainer.tracking.sink``).
-A sink that raises, at start (bad credentials, no network) or later (a full disk, a deleted
-run), is reported once on stderr and turned off; training goes on. A sink whose package is
-missing is a configuration error, raised at start.
+
+A sink that cannot start (no credentials, no server, a bad URI) stops the run with a
+``TrackingCannotStart`` that names the sink, the reason and the fix, before the trainer
+spawns a worker: a user who asked for a tracker would rather know in seconds than find an
+empty dashboard after a two-day run. ``tracking.best_effort=true`` reports it on stderr,
+turns it off and trains on. A sink that fails later (a full disk, a deleted run, the server
+going away) is reported once and turned off in either mode, and training goes on: a run
+days in should not die for a dashboard. A sink whose package is missing is a configuration
+error, raised at start.
 
 A resumed run continues the same records: the JSONL file and TensorBoard drop what was
 logged after the checkpoint's step (those steps are run again), and wandb / mlflow reopen the
@@ -14,10 +20,10 @@ run whose id the checkpoint kept.
 import contextlib
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ascent.trainer.run_dir import CannotStart
 from ascent.trainer.tracking.config import TrackingConfig
 from ascent.trainer.tracking.mlflow_sink import MlflowSink
 from ascent.trainer.tracking.records import console_line, keep_records_up_to
@@ -26,12 +32,20 @@ from ascent.trainer.tracking.swanlab_sink import SwanLabSink
 from ascent.trainer.tracking.tensorboard_sink import TensorBoardSink
 from ascent.trainer.tracking.wandb_sink import WandbSink
 
-SINKS: dict[str, Callable[[SinkContext], MetricSink]] = {
-    "tensorboard": TensorBoardSink,
+# Each a MetricSink class with its ``fix``. Opened in this order: the tools that may not
+# start (credentials, a server) before TensorBoard writes an event file, which would mark the
+# run directory as used (``trainer.resume=off`` then refuses the corrected run).
+SINKS: dict[str, type] = {
     "wandb": WandbSink,
     "mlflow": MlflowSink,
     "swanlab": SwanLabSink,
+    "tensorboard": TensorBoardSink,
 }
+
+
+class TrackingCannotStart(CannotStart):
+    """A selected sink could not start and ``tracking.best_effort`` is off; the message names
+    the sink, the reason and what to do."""
 
 
 class Tracker:
@@ -45,10 +59,11 @@ class Tracker:
         resume_step: int | None = None,
         run_ids: dict[str, str] | None = None,
     ) -> None:
-        """``resume_step``: the step of the checkpoint this run resumes from, whose later
-        records are dropped (None: a new run; -1: a restart from step 0 that drops every
-        earlier record); ``run_ids``: what ``run_ids()`` returned when that checkpoint was
-        saved."""
+        """Open the selected sinks; a ``TrackingCannotStart`` (after closing those already
+        open) when one cannot, unless ``config.best_effort``. ``resume_step``: the step of
+        the checkpoint this run resumes from, whose later records are dropped (None: a new
+        run; -1: a restart from step 0 that drops every earlier record); ``run_ids``: what
+        ``run_ids()`` returned when that checkpoint was saved."""
         self.run_dir = Path(run_dir)
         self.config = config
         self.console_keys = config.console_keys or console_keys
@@ -56,9 +71,7 @@ class Tracker:
         run_ids = run_ids or {}
         self.sinks: list[MetricSink] = []
         self._jsonl = None
-        for name in config.sinks:
-            if name not in SINKS:
-                continue
+        for name in (name for name in SINKS if name in config.sinks):
             context = SinkContext(
                 run_dir=self.run_dir,
                 settings=config,
@@ -73,6 +86,9 @@ class Tracker:
                 self.close()
                 raise
             except Exception as error:
+                if not config.best_effort:
+                    self.close()
+                    raise TrackingCannotStart(_cannot_start(name, error)) from error
                 _report(name, "could not start", error)
         if resume_step is not None:
             keep_records_up_to(self.run_dir / "metrics.jsonl", resume_step)
@@ -140,6 +156,14 @@ def _cell(value: Any) -> Any:
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return json.dumps(value, default=str)
+
+
+def _cannot_start(name: str, error: Exception) -> str:
+    return (
+        f"tracking: the {name} sink could not start ({type(error).__name__}: {error}). "
+        f"{SINKS[name].fix}; or remove {name} from tracking.sinks, or set "
+        "tracking.best_effort=true to report it and train without it"
+    )
 
 
 def _report(name: str, what: str, error: Exception) -> None:

@@ -19,6 +19,7 @@ LAYERS = [
     ["rollout"],  # the generation service: engines and backends
     ["rewards"],  # scoring; where scores and turn rewards sit on tokens
     ["agents", "serve"],  # on top of generation (episodes are scored by rewards)
+    ["gateway"],  # outside agents: serve's routes per episode, calls recorded as samples
     ["workers"],  # the RL roles, the rollout role among them
     ["trainer"],
     ["quickstart", "doctor", "configdoc", "report"],  # report: reads run directories only

@@ -1,4 +1,4 @@
-"""Recorded calls become samples by the prefix rule (``ascent.agents.gateway.samples``),
+"""Recorded calls become samples by the prefix rule (``ascent.gateway.samples``),
 checked over random histories with rewrites: every sampled token is in exactly one sample,
 in call order, with its log-prob and weight version, after exactly the context it was
 sampled in; masks cover exactly the model's tokens; an agent that only extends its history
@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from ascent.agents.gateway.samples import RecordedCall, calls_to_samples
+from ascent.gateway.samples import RecordedCall, calls_to_samples
 
 VOCAB = 50
 

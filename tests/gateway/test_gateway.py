@@ -1,0 +1,103 @@
+"""The gateway with the official ``openai`` client: an episode's session answers chat calls
+(with tools, streamed or not) and completions under any model name, records each call's
+tokens as the engine read and sampled them, samples as the run says (not as the agent asks),
+and refuses a stale URL and calls past the budget with errors the client raises."""
+
+import openai
+import pytest
+
+from ascent.gateway.samples import calls_to_samples
+from ascent.gateway.server import Gateway
+from ascent.models import load_causal_lm, load_tokenizer
+from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
+from ascent.rollout.native_backend import NativeBackend
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two integers.",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        },
+    }
+]
+RUN_SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=6, seed=0)
+
+
+@pytest.fixture(scope="module")
+def gateway(tiny_model):
+    engine = NativeEngine(
+        load_causal_lm(tiny_model),
+        EngineLimits(max_num_seqs=8, max_model_len=512),
+        tokenizer=load_tokenizer(tiny_model),
+    )
+    gateway = Gateway(NativeBackend(engine, load_tokenizer(tiny_model)))
+    yield gateway
+    gateway.close()
+
+
+def client(gateway, session) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.base_url(session), api_key="unused", max_retries=0)
+
+
+def test_chat_calls_are_recorded_exactly_and_merge_into_one_sample(gateway):
+    session = gateway.sessions.open({"prompt": "add"}, RUN_SAMPLING, max_calls=4)
+    agent = client(gateway, session)
+    messages = [{"role": "user", "content": "What is 2 + 3?"}]
+    first = agent.chat.completions.create(
+        model="gpt-4o", messages=messages, tools=TOOLS, max_tokens=100, temperature=0
+    )
+    reply = first.choices[0].message
+    messages += [{"role": "assistant", "content": reply.content or ""}]
+    messages += [{"role": "user", "content": "Check it."}]
+    stream = agent.chat.completions.create(model="any", messages=messages, stream=True)
+    streamed = [chunk for chunk in stream]
+
+    calls = gateway.sessions.close(session).calls
+    assert len(calls) == 2
+    extra = first.choices[0].model_extra
+    assert list(calls[0].response_ids) == extra["token_ids"]
+    assert list(calls[0].prompt_ids) == extra["prompt_token_ids"]
+    assert list(calls[1].response_ids) == [
+        t for chunk in streamed for t in (chunk.choices[0].model_extra or {}).get("token_ids", [])
+    ]
+    # The run's sampling, not the agent's: at most 6 tokens, sampled at temperature 1.
+    assert all(0 < len(call.response_ids) <= RUN_SAMPLING.max_new_tokens for call in calls)
+    assert all(lp <= 0 for call in calls for lp in call.log_probs)
+
+    samples = calls_to_samples(calls)
+    trained = [
+        t for s in samples for t, m in zip(s.response_ids, s.response_mask, strict=True) if m
+    ]
+    assert trained == [*calls[0].response_ids, *calls[1].response_ids]
+
+
+def test_completions_with_token_ids(gateway):
+    session = gateway.sessions.open({}, RUN_SAMPLING, max_calls=1)
+    out = client(gateway, session).completions.create(model="m", prompt=[5, 6, 7], max_tokens=3)
+    (call,) = gateway.sessions.close(session).calls
+    assert call.prompt_ids == (5, 6, 7)
+    assert list(call.response_ids) == out.choices[0].model_extra["token_ids"]
+    assert len(call.response_ids) <= 3
+
+
+def test_a_stale_url_and_a_spent_budget_are_errors_the_client_raises(gateway):
+    session = gateway.sessions.open({}, RUN_SAMPLING, max_calls=1)
+    agent = client(gateway, session)
+    ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    agent.chat.completions.create(**ask)
+    with pytest.raises(openai.BadRequestError, match="made its 1 calls"):
+        agent.chat.completions.create(**ask)
+    assert session.errors == ["max_turns"] and len(session.calls) == 1
+    gateway.sessions.close(session)
+    with pytest.raises(openai.NotFoundError, match="no live episode"):
+        agent.chat.completions.create(**ask)
+    with pytest.raises(openai.BadRequestError, match="one choice"):
+        client(gateway, gateway.sessions.open({}, RUN_SAMPLING, 1)).chat.completions.create(
+            n=2, **ask
+        )

@@ -7,10 +7,7 @@ import openai
 import pytest
 
 from ascent.gateway.samples import calls_to_samples
-from ascent.gateway.server import Gateway
-from ascent.models import load_causal_lm, load_tokenizer
-from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
-from ascent.rollout.native_backend import NativeBackend
+from ascent.rollout import SamplingParams
 
 TOOLS = [
     {
@@ -27,18 +24,6 @@ TOOLS = [
     }
 ]
 RUN_SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=6, seed=0)
-
-
-@pytest.fixture(scope="module")
-def gateway(tiny_model):
-    engine = NativeEngine(
-        load_causal_lm(tiny_model),
-        EngineLimits(max_num_seqs=8, max_model_len=512),
-        tokenizer=load_tokenizer(tiny_model),
-    )
-    gateway = Gateway(NativeBackend(engine, load_tokenizer(tiny_model)))
-    yield gateway
-    gateway.close()
 
 
 def client(gateway, session) -> openai.OpenAI:

@@ -44,7 +44,10 @@ def local_ray():
     without it."""
     import ray
 
+    from ascent.controller.ray_backend import workers_at_normal_priority
+
     if not ray.is_initialized():
+        workers_at_normal_priority()
         ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()

@@ -13,7 +13,7 @@ a file (``# my_reward.py``, ``# my_grpo.yaml: ...``) is also written to that fil
 - ```text: output or a listing, not code.
 
 A block that cannot run here (a GPU, a cluster, minutes of training, the network) is preceded
-by ``<!-- not run: REASON -->``."""
+by ``<!-- not run: REASON -->``. The pages in ``SLOW_PAGES`` run in ``make test-slow``."""
 
 import os
 import re
@@ -36,6 +36,14 @@ FILE_HEADER = re.compile(r"\A#\s*([\w./-]+\.(?:py|ya?ml))\b")
 RUNNABLE = {"python", "yaml", "bash"}
 PLACEHOLDERS = {"model": {"path": "model"}, "data": {"train_files": ["train.jsonl"]}}
 TIMEOUT_S = 180
+# The pages whose blocks take 8 s or more (CLI training runs, a local Ray): make test has a
+# test of each feature they show, so they run with the slow tests.
+SLOW_PAGES = {
+    "concepts/controller.md",
+    "guides/lora.md",
+    "guides/ppo-critic.md",
+    "guides/your-data-and-reward.md",
+}
 
 
 def blocks(page: Path) -> list[tuple[int, str, str, str | None]]:
@@ -69,6 +77,7 @@ def test_every_block_has_a_known_language_and_runs_or_says_why():
     assert not problems, "\n".join(problems)
     runnable = [b for page in PAGES for b in blocks(page) if b[1] in RUNNABLE]
     assert sum(reason is None for *_, reason in runnable) >= 20
+    assert not SLOW_PAGES - {_name(page) for page in PAGES}, "SLOW_PAGES names a page that is gone"
 
 
 def _merge(base: dict, update: dict) -> dict:
@@ -122,7 +131,12 @@ def run_block(language: str, code: str, folder: Path) -> None:
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=_name)
+def _page(page: Path) -> object:
+    slow = [pytest.mark.slow] if _name(page) in SLOW_PAGES else []
+    return pytest.param(page, id=_name(page), marks=slow)
+
+
+@pytest.mark.parametrize("page", [_page(page) for page in PAGES])
 def test_page_code_blocks_run(page, tmp_path):
     runnable = [b for b in blocks(page) if b[1] in RUNNABLE and b[3] is None]
     if not runnable:

@@ -77,28 +77,33 @@ def test_reshard_and_replicas(local_ray):
         assert replica.recall() == [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]] * 2  # both peers got it
 
 
+# What a stuck rank waits: a failure must be reported long before it ends, on a loaded
+# machine too (a bound of seconds would fail there without being wrong).
+STUCK_S = 600.0
+
+
 def kill_rank_while_running(group, future, rank: int) -> WorkerDied:
-    """SIGKILL ``rank`` while ``future`` runs; the error must come within seconds."""
+    """SIGKILL ``rank`` while ``future`` runs; the error must come without waiting it out."""
     victim = group.infos[rank].pid
     time.sleep(1.0)
     os.kill(victim, signal.SIGKILL)
     start = time.monotonic()
     with pytest.raises(WorkerDied) as caught:
         future.result()
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < STUCK_S / 5
     assert (caught.value.rank, caught.value.pid) == (rank, victim)
     return caught.value
 
 
 def test_a_killed_worker_is_reported_at_once(local_ray):
     with spawn_group(EchoWorker, TWO, role="actor", backend="ray") as group:
-        died = kill_rank_while_running(group, group.sleep_on.submit(1, 60.0), rank=1)
+        died = kill_rank_while_running(group, group.sleep_on.submit(1, STUCK_S), rank=1)
         assert died.role == "actor" and "rank 1" in str(died)
 
 
 def test_a_death_is_reported_while_another_rank_waits_for_it_in_a_collective(local_ray):
     with spawn_group(CollectiveWorker, TWO, role="actor", backend="ray") as group:
-        future = group.reduce_after.submit([0.0, 60.0])  # rank 0 blocks in the all-reduce
+        future = group.reduce_after.submit([0.0, STUCK_S])  # rank 0 blocks in the all-reduce
         kill_rank_while_running(group, future, rank=1)
 
 
@@ -116,8 +121,8 @@ def test_a_stuck_call_times_out_with_the_stuck_ranks_stacks(local_ray):
     with spawn_group(EchoWorker, TWO, role="actor", backend="ray", call_timeout_s=2.0) as group:
         start = time.monotonic()
         with pytest.raises(WorkerTimeout) as caught:
-            group.sleep_on(1, 60.0)
-        assert 2.0 <= time.monotonic() - start < 15
+            group.sleep_on(1, STUCK_S)
+        assert 2.0 <= time.monotonic() - start < STUCK_S / 5
         assert list(caught.value.stacks) == [1], "rank 0 finished; only rank 1 is stuck"
         stack = caught.value.stacks[1]
         assert "wait_here" in stack and "sleep_on" in stack
@@ -133,4 +138,4 @@ def test_a_failing_constructor_names_role_and_rank(local_ray):
 
 def test_a_pool_larger_than_the_cluster_fails_with_the_cluster_size(local_ray):
     with pytest.raises(RuntimeError, match="could not reserve"):
-        spawn_group(EchoWorker, ResourcePool(nodes=3), backend="ray", start_timeout_s=3)
+        spawn_group(EchoWorker, ResourcePool(nodes=3), backend="ray", start_timeout_s=1)

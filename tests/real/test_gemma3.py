@@ -25,6 +25,10 @@ from tests.workers.test_actor import config as actor_config
 TEXTS = ["The capital of France is", "def fibonacci(n):", "7 + 5 ="]
 
 
+# The engine's and the trainer's agreement on Gemma 3's layers is in make test on the tiny
+# Gemma 3 (tests/families: its sliding window is exceeded there, not here); on real weights,
+# on SmolLM2 (tests/real/test_engines_agree.py). These runs on the 270M model: make test-slow.
+@pytest.mark.slow
 def test_the_native_engine_generates_what_transformers_generates(gemma3):
     tokenizer = load_tokenizer(gemma3)
     assert tokenizer.chat_template is None  # a base model's GGUF carries none
@@ -39,6 +43,7 @@ def test_the_native_engine_generates_what_transformers_generates(gemma3):
     assert [s.token_ids for s in samples] == [hf_greedy(model, p, 16) for p in prompts]
 
 
+@pytest.mark.slow
 def test_sampled_log_probs_equal_the_trainers(gemma3):
     tokenizer = load_tokenizer(gemma3)
     prompts = [tokenizer(text).input_ids for text in TEXTS]
@@ -99,6 +104,9 @@ def test_chat_rows_are_refused_for_a_model_without_a_chat_template(gemma3, real_
         train_rl(run_config(gemma3, real_task, tmp_path, "data.chat_template=true"))
 
 
+# About 40 s. In make test: the tiny Gemma 3's GRPO steps and refresh (tests/families), raw-text
+# prompts (every toy-task run) and stop strings (tests/rollout).
+@pytest.mark.slow
 def test_grpo_steps_on_raw_text_prompts(gemma3, raw_task, tmp_path):
     """Two steps of 2 prompts x 4 samples: the engine samples with the actor's weights
     (aliased, one rank), stops at the end of the answer's line, and its log-probs agree

@@ -53,6 +53,15 @@ def test_tokens_and_log_probs_equal_the_native_engine_in_process(served, tiny_mo
         assert b.weight_versions == [served.version] * len(b.token_ids)
 
 
+def wait_until_running(url: str, sequences: int) -> None:
+    """Until the server's running batch holds ``sequences``: each has sampled its first
+    token (admission samples it), so an update from now on lands in flight."""
+    deadline = time.monotonic() + 120  # a guard against hangs only
+    while httpx.get(f"{url}/health").json()["running"] < sequences:
+        assert time.monotonic() < deadline, f"{sequences} sequences never ran at {url}"
+        time.sleep(0.01)
+
+
 def test_an_update_in_flight_lands_between_decode_steps_with_per_token_versions(
     served, tiny_model, tmp_path
 ):
@@ -63,11 +72,10 @@ def test_an_update_in_flight_lands_between_decode_steps_with_per_token_versions(
     other = causal_lm_from_config(base.config, seed=11)
     background = BackgroundBackend(served)
     started = served.version
-    long = GREEDY.model_copy(update={"max_new_tokens": 1500})  # about 1 s on a quiet CPU
+    long = GREEDY.model_copy(update={"max_new_tokens": 1500})  # far more than the update takes
     try:
         background.submit("in-flight", PROMPTS[:2], long)
-        time.sleep(0.4)
-
+        wait_until_running(served.urls[0], 2)
         version = background.call(background.refresh_weights(other.named_parameters(), 1))
         spanning = background.take("in-flight")
         background.submit("after", PROMPTS, GREEDY)

@@ -25,9 +25,9 @@ from tests.trainer.test_resume import records
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start(config_file, *overrides):
+def start(config_file, *overrides, **environment):
     """``python -m ascent train CONFIG ...`` in its own process (tests' modules importable)."""
-    environment = os.environ | {"PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    environment = os.environ | {"PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"} | environment
     return subprocess.Popen(
         [sys.executable, "-m", "ascent", "train", str(config_file), *overrides],
         cwd=ROOT,
@@ -53,27 +53,46 @@ def wait_for_step(process, run_dir, step, timeout_s=180):
     pytest.fail(f"step {step} was not logged within {timeout_s} s")
 
 
+def wait_for_file(process, path, timeout_s=180):
+    """Until ``path`` exists (or the run ended: then fail with its output)."""
+    deadline = time.monotonic() + timeout_s  # a guard against hangs only
+    while not path.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            out, err = process.communicate()
+            pytest.fail(f"no {path.name} ({process.returncode}):\n{out}\n{err}")
+        time.sleep(0.01)
+
+
 @pytest.mark.integration
 def test_sigterm_saves_at_the_step_boundary_and_the_rerun_matches(tiny_model, prompts, tmp_path):
-    steps = ["trainer.total_steps=6", "trainer.deterministic=true", "trainer.resume=auto"]
+    """The signal lands while step 1 scores (its scorer held until the signal is sent)."""
+    steps = [
+        "trainer.total_steps=3",
+        "trainer.deterministic=true",
+        "trainer.resume=auto",
+        "reward.function=tests.trainer.slow_scorers:gated_digit_share",
+    ]
     train_rl(config(tiny_model, prompts, tmp_path / "straight", *steps))
     run_dir = tmp_path / "stopped"
     config_file = tmp_path / "stopped.yaml"
     dump_config(config(tiny_model, prompts, run_dir, *steps), config_file)
 
-    process = start(config_file)
-    wait_for_step(process, run_dir, 2)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    process = start(config_file, SCORING_GATE=str(gate))
+    wait_for_file(process, gate / "waiting")
     process.send_signal(signal.SIGTERM)
+    (gate / "open").touch()
     out, err = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGTERM, err
-    stopped_at = int(re.search(r"stopped by SIGTERM after step (\d+)", out).group(1))
-    assert 2 <= stopped_at < 6
-    assert [p.name for p in (run_dir / "checkpoints").glob("step_*")] == [f"step_{stopped_at:08d}"]
+    assert "stopped by SIGTERM after step 1" in out
+    assert [p.name for p in (run_dir / "checkpoints").glob("step_*")] == ["step_00000001"]
 
     rerun = start(config_file)
     out, err = rerun.communicate(timeout=180)
     assert rerun.returncode == 0, err
-    assert f"at step {stopped_at}" in out
+    assert "at step 1" in out
     assert records(run_dir) == records(tmp_path / "straight")  # nothing lost, nothing repeated
 
 

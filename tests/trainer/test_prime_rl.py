@@ -13,7 +13,7 @@ from tests.trainer.rl_setup import config, metric
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_prime_learns_and_trains_its_prm_every_step(tiny_model, prompts, tmp_path, seed):
     train_rl(
         config(

@@ -71,6 +71,7 @@ def test_a_rollout_on_its_own_device_follows_the_actor(tiny_model, prompts, tmp_
 
 @pytest.mark.learning
 @pytest.mark.integration
+@pytest.mark.slow  # make test: two ranks update as one (test_rank_invariance), one rank learns
 def test_two_ranks_over_ray_learn(tiny_model, prompts, tmp_path, local_ray):
     train_rl(
         config(
@@ -122,7 +123,8 @@ def test_dumped_rollouts_replay_to_the_same_update(tiny_model, prompts, tmp_path
         )
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "remax"])
+# ReMax's run checks all that GRPO's does, and its greedy baselines too.
+@pytest.mark.parametrize("algorithm", [pytest.param("grpo", marks=pytest.mark.slow), "remax"])
 def test_a_misbehaving_scorer_does_not_stop_the_run(tiny_model, tmp_path, capsys, algorithm):
     """Failures are counted per step, and ReMax's greedy baselines (one per prompt) apart."""
     truths = ["raise", "nan", "hang", "ok"] * 4

@@ -11,7 +11,6 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import torch
@@ -81,9 +80,11 @@ class WorkerHost:
             port = sock.getsockname()[1]
         return node_ip(), port
 
-    def setup_distributed(self, master_addr: str, master_port: int, timeout_s: float) -> None:
+    def setup_distributed(self, master_addr: str, master_port: int) -> None:
         """Join the group's process group: gloo on CPU, NCCL for CUDA tensors (gloo kept for
-        CPU tensors, e.g. offloaded state)."""
+        CPU tensors, e.g. offloaded state). Collectives keep torch's default timeout (30 min), a
+        guard against hangs only: a rank may wait long for a slower peer (a save, a process
+        starved on a loaded machine). The driver bounds the start itself (``start_timeout_s``)."""
         p = self.placement
         os.environ.update(
             MASTER_ADDR=master_addr,
@@ -99,7 +100,6 @@ class WorkerHost:
             init_method=f"tcp://{master_addr}:{master_port}",
             rank=p.rank,
             world_size=p.world_size,
-            timeout=timedelta(seconds=timeout_s),
         )
 
     def setup_single_process(self) -> None:

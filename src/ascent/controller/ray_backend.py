@@ -37,6 +37,7 @@ def ensure_ray(address: str | None = None) -> None:
         return
     global _starting_ray
     _own_groups_at_fork()
+    workers_at_normal_priority()
     _starting_ray = True
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=True)
@@ -45,6 +46,14 @@ def ensure_ray(address: str | None = None) -> None:
 
 
 _starting_ray = False  # set while ray.init starts its processes
+
+
+def workers_at_normal_priority() -> None:
+    """Ray starts its workers at niceness 15, below its own processes; but here they are the
+    run's ranks, and at 15 any other work on the machine (a build, another job) starves them
+    while the driver, at 0, waits on them. A Ray started by this process runs them at 0; a
+    cluster it connects to keeps its own setting, and so does $RAY_worker_niceness if set."""
+    os.environ.setdefault("RAY_worker_niceness", "0")
 
 
 @functools.cache
@@ -150,7 +159,7 @@ class RayHosts:
         address_ref = {0: self.handles[0].rendezvous_address.remote()}
         master = self.wait(address_ref, setup, "start", timeout_s)[0]
         self.wait(
-            {r: h.setup_distributed.remote(*master, timeout_s) for r, h in self._ranks()},
+            {r: h.setup_distributed.remote(*master) for r, h in self._ranks()},
             setup,
             "setup_distributed",
             timeout_s,

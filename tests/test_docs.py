@@ -39,10 +39,10 @@ TIMEOUT_S = 180
 # The pages whose blocks take 8 s or more (CLI training runs, a local Ray): make test has a
 # test of each feature they show, so they run with the slow tests.
 SLOW_PAGES = {
-    "concepts/controller.md",
-    "guides/lora.md",
-    "guides/ppo-critic.md",
-    "guides/your-data-and-reward.md",
+    "docs/concepts/controller.md",
+    "docs/guides/lora.md",
+    "docs/guides/ppo-critic.md",
+    "docs/guides/your-data-and-reward.md",
 }
 
 
@@ -77,7 +77,7 @@ def test_every_block_has_a_known_language_and_runs_or_says_why():
     assert not problems, "\n".join(problems)
     runnable = [b for page in PAGES for b in blocks(page) if b[1] in RUNNABLE]
     assert sum(reason is None for *_, reason in runnable) >= 20
-    assert not SLOW_PAGES - {_name(page) for page in PAGES}, "SLOW_PAGES names a page that is gone"
+    assert not SLOW_PAGES - {f"docs/{_name(page)}" for page in PAGES}, "a SLOW_PAGES page is gone"
 
 
 def _merge(base: dict, update: dict) -> dict:
@@ -132,7 +132,7 @@ def run_block(language: str, code: str, folder: Path) -> None:
 
 
 def _page(page: Path) -> object:
-    slow = [pytest.mark.slow] if _name(page) in SLOW_PAGES else []
+    slow = [pytest.mark.slow] if f"docs/{_name(page)}" in SLOW_PAGES else []
     return pytest.param(page, id=_name(page), marks=slow)
 
 

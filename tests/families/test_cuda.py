@@ -3,13 +3,12 @@
 token, and both give the same sampled log-probs. Run with ``pytest -m gpu``."""
 
 import pytest
-import torch
 
 from ascent.models import load_causal_lm
 from ascent.models.families import family_of
 from ascent.rollout import EngineLimits, NativeEngine, SamplingParams
 from tests.families.models import NAMES
-from tests.rollout.test_native_engine import random_prompts
+from tests.rollout.test_native_engine import hf_greedy, random_prompts
 
 pytestmark = pytest.mark.gpu
 
@@ -17,24 +16,11 @@ GREEDY = SamplingParams(temperature=0, max_new_tokens=12)
 PROMPTS = random_prompts([6, 13, 3, 30, 21], seed=4)
 
 
-def cuda_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
-    ids = torch.tensor([prompt], device="cuda")
-    out = model.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        max_new_tokens=max_new_tokens,
-        do_sample=False,
-        eos_token_id=None,
-        pad_token_id=0,
-    )
-    return out[0, ids.shape[1] :].tolist()
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_graphed_and_eager_decoding_equal_transformers_on_cuda(family_checkpoint, name):
     path = family_checkpoint(name)
     model = load_causal_lm(path).cuda().eval()
-    expected = [cuda_greedy(model, prompt, 12) for prompt in PROMPTS]
+    expected = [hf_greedy(model, prompt, 12) for prompt in PROMPTS]
 
     def engine(graphs: bool) -> NativeEngine:
         limits = EngineLimits(max_num_seqs=3, max_model_len=96, cuda_graphs=graphs)

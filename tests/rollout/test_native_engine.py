@@ -17,7 +17,7 @@ def random_prompts(lengths, seed=0):
 
 
 def hf_greedy(model, prompt, max_new_tokens):
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=model.device)  # a CUDA model's too
     out = model.generate(
         ids,
         attention_mask=torch.ones_like(ids),

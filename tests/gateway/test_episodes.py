@@ -13,7 +13,7 @@ import pytest
 from ascent.gateway.episodes import EpisodeLimits, play_outside_episode
 from ascent.rollout.types import SamplingParams
 
-SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=5, seed=0)
+SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=64, seed=0)
 LIMITS = EpisodeLimits(max_calls=3, timeout_s=120.0, failed_reward=-1.0)
 
 
@@ -21,7 +21,7 @@ async def async_agent(base_url: str, row: dict) -> dict:
     client = openai.AsyncOpenAI(base_url=base_url, api_key="-", max_retries=0)
     messages = [{"role": "user", "content": row["prompt"]}]
     for _ in range(2):
-        out = await client.chat.completions.create(model="agent", messages=messages)
+        out = await client.chat.completions.create(model="agent", messages=messages, max_tokens=5)
         messages += [
             {"role": "assistant", "content": out.choices[0].message.content or ""},
             {"role": "user", "content": "again"},
@@ -31,7 +31,9 @@ async def async_agent(base_url: str, row: dict) -> dict:
 
 def sync_agent(base_url: str, row: dict) -> float:
     client = openai.OpenAI(base_url=base_url, api_key="-", max_retries=0)
-    client.chat.completions.create(model="agent", messages=[{"role": "user", "content": "x"}])
+    client.chat.completions.create(
+        model="agent", messages=[{"role": "user", "content": "x"}], max_tokens=5
+    )
     return 0.5
 
 
@@ -79,27 +81,31 @@ def test_an_agent_that_raises_or_returns_nothing_fails_its_episode(gateway):
 
 
 def test_a_hanging_agent_times_out_and_cannot_call_its_closed_session(gateway):
-    release, late = threading.Event(), {}
+    release, finished, late = threading.Event(), threading.Event(), {}
 
     def hangs(base_url, row):
-        client = openai.OpenAI(base_url=base_url, api_key="-", max_retries=0)
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
-        release.wait(120)  # stuck in its own code, past the time limit
         try:
-            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "y"}])
-        except openai.NotFoundError as gone:
-            late["error"] = gone
-        return 1.0
+            client = openai.OpenAI(base_url=base_url, api_key="-", max_retries=0)
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+            release.wait(120)  # stuck in its own code, past the time limit
+            try:
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "y"}]
+                )
+            except openai.NotFoundError as gone:
+                late["error"] = gone
+            return 1.0
+        finally:
+            finished.set()
 
     limits = EpisodeLimits(max_calls=3, timeout_s=5.0, failed_reward=-1.0)  # its 1st call: ~0.1 s
-
-    async def main():
-        episode = await play(gateway, hangs, limits)
-        release.set()  # the agent's late call goes out now
-        return episode
-
-    episode = asyncio.run(main())  # returns once the agent's thread has ended
+    # The episode ends (and asyncio.run returns) while the agent's thread is still stuck:
+    # a hung synchronous agent does not hold up the rollout.
+    episode = asyncio.run(play(gateway, hangs, limits))
+    assert not finished.is_set()
     assert (episode.end, episode.reward, len(episode.calls)) == ("timeout", -1.0, 1)
+    release.set()  # the agent's late call goes out now
+    assert finished.wait(120)
     assert "no live episode" in str(late["error"])
 
 

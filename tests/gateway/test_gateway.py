@@ -23,7 +23,7 @@ TOOLS = [
         },
     }
 ]
-RUN_SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=6, seed=0)
+RUN_SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=64, seed=0)
 
 
 def client(gateway, session) -> openai.OpenAI:
@@ -35,12 +35,15 @@ def test_chat_calls_are_recorded_exactly_and_merge_into_one_sample(gateway):
     agent = client(gateway, session)
     messages = [{"role": "user", "content": "What is 2 + 3?"}]
     first = agent.chat.completions.create(
-        model="gpt-4o", messages=messages, tools=TOOLS, max_tokens=100, temperature=0
+        model="gpt-4o", messages=messages, tools=TOOLS, max_tokens=6, temperature=0
     )
-    reply = first.choices[0].message
-    messages += [{"role": "assistant", "content": reply.content or ""}]
+    # The history sent back as the client returned it: the next prompt continues the
+    # tokens the model wrote (continuation.py), so both calls make one sample.
+    messages += [first.choices[0].message.model_dump(exclude_none=True)]
     messages += [{"role": "user", "content": "Check it."}]
-    stream = agent.chat.completions.create(model="any", messages=messages, stream=True)
+    stream = agent.chat.completions.create(
+        model="any", messages=messages, tools=TOOLS, max_tokens=6, stream=True
+    )
     streamed = [chunk for chunk in stream]
 
     calls = gateway.sessions.close(session).calls
@@ -51,11 +54,14 @@ def test_chat_calls_are_recorded_exactly_and_merge_into_one_sample(gateway):
     assert list(calls[1].response_ids) == [
         t for chunk in streamed for t in (chunk.choices[0].model_extra or {}).get("token_ids", [])
     ]
-    # The run's sampling, not the agent's: at most 6 tokens, sampled at temperature 1.
-    assert all(0 < len(call.response_ids) <= RUN_SAMPLING.max_new_tokens for call in calls)
+    # The agent's length within the run's budget, sampled as the run samples.
+    assert all(0 < len(call.response_ids) <= 6 for call in calls)
+    held = [*calls[0].prompt_ids, *calls[0].response_ids]
+    assert list(calls[1].prompt_ids[: len(held)]) == held
     assert all(lp <= 0 for call in calls for lp in call.log_probs)
 
     samples = calls_to_samples(calls)
+    assert len(samples) == 1
     trained = [
         t for s in samples for t, m in zip(s.response_ids, s.response_mask, strict=True) if m
     ]

@@ -52,11 +52,3 @@ def test_the_first_step_samples_as_sync_does(tiny_model, prompts, tmp_path):
 def test_a_fixed_schedule_needs_a_mode_that_generates_ahead(tiny_model, prompts, tmp_path):
     with pytest.raises(ConfigError, match=r"applies to trainer\.mode one_step_off or async"):
         make_plan(config(tiny_model, prompts, tmp_path, "trainer.async_schedule=fixed"))
-    agent = (
-        "trainer.mode=async",
-        "trainer.async_schedule=fixed",
-        "data.chat_template=true",
-        "rollout.agent.max_turns=2",
-    )
-    with pytest.raises(ConfigError, match=r"rollout\.agent with trainer\.async_schedule=fixed"):
-        make_plan(config(tiny_model, prompts, tmp_path, *agent))

@@ -2,7 +2,7 @@
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ascent.engine.config import Strict
 
@@ -41,7 +41,24 @@ class AgentConfig(Strict):
     tool_parser: str = Field(
         "hermes", description="How tool calls are read from text: hermes, or 'module:function'."
     )
-    max_turns: int = Field(4, ge=1, description="Assistant turns per episode.")
+    run: str | None = Field(
+        None,
+        description="An agent of your own, as 'module:function' or 'file.py:function': "
+        "`async def run(base_url, row) -> reward | dict` (or a plain function), given an "
+        "OpenAI base_url of its own per episode, served by the policy being trained "
+        "(docs/guides/agents-from-outside.md). Replaces environment and tools.",
+    )
+    timeout_s: float = Field(
+        600.0, gt=0, description="run: an episode's agent running longer is cancelled."
+    )
+    failed_reward: float = Field(
+        0.0,
+        description="run: the reward of an episode whose agent raised, ran past timeout_s "
+        "or returned no reward.",
+    )
+    max_turns: int = Field(
+        4, ge=1, description="Assistant turns per episode (run: the agent's calls)."
+    )
     max_tool_response_tokens: int = Field(
         256, ge=1, description="A tool result longer than this is cut (and marked as cut)."
     )
@@ -52,3 +69,23 @@ class AgentConfig(Strict):
         "rendering from the first differing token).",
     )
     sandbox_workers: int = Field(4, ge=1, description="Sandboxes run at once (the python tool).")
+
+    @model_validator(mode="after")
+    def _run_replaces_environments(self) -> "AgentConfig":
+        if self.run is None:
+            return self
+        given = [
+            name
+            for name, value in (
+                ("tools", self.tools),
+                ("environments", self.environments),
+                ("environment", self.environment != "tools"),
+            )
+            if value
+        ]
+        if given:
+            raise ValueError(
+                f"rollout.agent.run plays your own agent, which brings its own tools and "
+                f"environment: remove rollout.agent.{' and rollout.agent.'.join(given)}"
+            )
+        return self

@@ -5,8 +5,9 @@ Batch layout of a multi-turn sample: ``prompts`` / ``prompt_mask`` (left-padded)
 prompt; ``responses`` (right-padded to R) interleave sampled and rendered tokens;
 ``attention_mask`` is 1 on every real token (the model reads tool output), ``response_mask``
 1 only on sampled tokens (the losses see only the policy's own tokens); ``rollout_log_probs``
-are 0 on rendered tokens. An episode whose template drifted gives several samples: each is a
-row with the prompt's uid (so its group), and ``episode`` says which episode it came from.
+are 0 and ``rollout_weight_versions`` -1 on rendered tokens. An episode whose template
+drifted gives several samples: each is a row with the prompt's uid (so its group), and
+``episode`` says which episode it came from.
 """
 
 from collections import Counter
@@ -16,7 +17,7 @@ import torch
 
 from ascent.agents.config import AgentConfig
 from ascent.agents.environment import Environment, ToolEnvironment
-from ascent.agents.loop import Episode
+from ascent.agents.loop import EPISODE_ENDS, Episode
 from ascent.agents.tools import Tool, function_tool
 from ascent.batch import Batch
 from ascent.data.chat import tool_names
@@ -140,7 +141,7 @@ def episodes_batch(batch: Batch, episodes: list[Episode], n: int, width: int, pa
     """The rows of ``episodes`` (``n`` per input row, in order) in the layout above, every
     other field of the input row copied along, and per row: ``episode`` (its index in this
     call), ``turns``, ``tool_calls``, ``tool_errors`` and ``finish_reason`` (how the episode
-    ended: done, max_turns, length, abort)."""
+    ended: ``EPISODE_ENDS``)."""
     rows, samples, episode_ids = [], [], []
     for index, episode in enumerate(episodes):
         # A sample that drift started and the budget ended before a turn trains nothing.
@@ -156,6 +157,7 @@ def episodes_batch(batch: Batch, episodes: list[Episode], n: int, width: int, pa
     attention = torch.zeros(count, width, dtype=torch.long)
     response_mask = torch.zeros(count, width, dtype=torch.long)
     log_probs = torch.zeros(count, width, dtype=torch.float32)
+    versions = torch.zeros(count, width, dtype=torch.int32)  # read only under response_mask
     for row, sample in enumerate(samples):
         p, r = len(sample.prompt_ids), len(sample.response_ids)
         if r > width:
@@ -166,6 +168,7 @@ def episodes_batch(batch: Batch, episodes: list[Episode], n: int, width: int, pa
         attention[row, :r] = 1
         response_mask[row, :r] = torch.tensor(sample.response_mask)
         log_probs[row, :r] = torch.tensor(sample.log_probs)
+        versions[row, :r] = torch.tensor(sample.weight_versions, dtype=torch.int32)
     out = batch.drop(*(k for k in ("prompts", "prompt_mask") if k in batch)).index(rows)
     out = out.assign(
         prompts=prompts,
@@ -173,6 +176,7 @@ def episodes_batch(batch: Batch, episodes: list[Episode], n: int, width: int, pa
         responses=responses,
         response_mask=response_mask,
         rollout_log_probs=log_probs,
+        rollout_weight_versions=versions,
         input_ids=torch.cat([prompts, responses], dim=1),
         attention_mask=torch.cat([prompt_mask, attention], dim=1),
         finish_reason=[episodes[e].end for e in episode_ids],
@@ -247,6 +251,6 @@ def agent_metrics(batch: Batch) -> dict[str, float]:
         "agent/tool_error_rate": sum_of("tool_errors") / max(sum_of("tool_calls"), 1.0),
         "agent/samples_per_episode": len(batch) / count,
     }
-    for end in ("done", "max_turns", "length", "abort"):
+    for end in EPISODE_ENDS:
         metrics[f"agent/end/{end}"] = ends.count(end) / count
     return metrics

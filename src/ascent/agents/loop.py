@@ -28,7 +28,9 @@ from ascent.agents.trajectory import Trajectory
 from ascent.rollout.protocol import RolloutBackend
 from ascent.rollout.types import SamplingParams
 
-EpisodeEnd = Literal["done", "max_turns", "length", "abort"]
+# error, timeout: an outside agent's (``ascent.gateway``) raised, or ran past its time
+EpisodeEnd = Literal["done", "max_turns", "length", "abort", "error", "timeout"]
+EPISODE_ENDS = ("done", "max_turns", "length", "abort", "error", "timeout")
 TRUNCATED = "\n[... cut: the tool's output was longer than the limit]"
 
 

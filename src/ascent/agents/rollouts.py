@@ -58,16 +58,23 @@ class EpisodeRollouts:
             on_drift=agent.on_template_drift,
             tools_in_prompt=agent.tools_in_prompt,
         )
-        rows = [
-            {
-                "prompt": batch["raw_prompt"][i],
-                "data_source": batch["data_source"][i],
-                "reward_model": {"ground_truth": batch["ground_truth"][i]},
-                "extra_info": batch["extra_info"][i],
-                "tools": batch["tools"][i] if "tools" in batch else None,
-            }
-            for i in range(len(batch))
-        ]
+        rows = episode_rows(batch)
         return await run_episodes(
             self.backend, self.tokenizer, self.environments, rows, params, limits
         )
+
+
+def episode_rows(batch: Batch) -> list[dict]:
+    """The dataset rows of a rollout batch, as an episode's environment (or an outside
+    agent) gets them: ``prompt``, ``data_source``, ``reward_model``, ``extra_info``,
+    ``tools``."""
+    return [
+        {
+            "prompt": batch["raw_prompt"][i],
+            "data_source": batch["data_source"][i],
+            "reward_model": {"ground_truth": batch["ground_truth"][i]},
+            "extra_info": batch["extra_info"][i],
+            "tools": batch["tools"][i] if "tools" in batch else None,
+        }
+        for i in range(len(batch))
+    ]

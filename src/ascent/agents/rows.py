@@ -31,6 +31,14 @@ class EpisodeRows:
         """Turns, tool calls and errors, how episodes ended (``agent/*``)."""
         return agent_metrics(batch)
 
+    def needs_scorer(self, function: str | None) -> bool:
+        """Without ``reward.function``, each row's ``data_source`` needs a built-in scorer."""
+        return function is None
+
+    def score(self, batch: Batch, rewards: Any) -> tuple[Batch, dict[str, float]]:
+        """The run's rewards of each row (an episode's outcome is its last row's)."""
+        return rewards.score(batch)
+
     def after_scoring(self, batch: Batch) -> Batch:
         """An episode's outcome (its last row's score, plus the environment's rewards) is
         all its rows'."""
@@ -39,7 +47,7 @@ class EpisodeRows:
     def score_validation(self, batch: Batch, prompts: int, rewards: Any) -> tuple[Batch, dict]:
         """Each episode of the first ``prompts`` prompts, by its last row (which holds the
         final answer), after the whole batch is scored: rows per prompt vary."""
-        batch, failures = rewards.score(batch)
+        batch, failures = self.score(batch, rewards)
         batch = episode_outcomes(batch)
         real = {f"val-{i}" for i in range(prompts)}
         rows = sorted(row for (uid, _), row in last_rows(batch).items() if uid in real)

@@ -10,6 +10,10 @@ replace the request's, and each call's prompt ids and sampled tokens are recorde
 the engine read and wrote them. Any model name is served (agent code names the model it was
 written for). One choice per call (``n=1``): an episode continues one history.
 
+One more route is the gateway's own: ``POST {base_url}/reward`` with ``{"reward": r}`` (the
+episode's reward, for an agent that does not return it) or ``{"reward": r, "call": k}`` (call
+k's, from 0, or "last"), answered ``{"ok": true}``.
+
 Statuses an agent may see: 404 for a URL that is no live episode's, 400 past the episode's
 call budget, 400 for a request the engine would refuse (a prompt past the context), each with
 an OpenAI-style error body, so the agent's client raises its own error types.
@@ -19,7 +23,15 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 
-from ascent.gateway.sessions import CallBudgetSpent, Session, SessionGone, Sessions
+from ascent.errors import InputError
+from ascent.gateway.continuation import Turn
+from ascent.gateway.sessions import (
+    CallBudgetSpent,
+    ContextSpent,
+    Session,
+    SessionGone,
+    Sessions,
+)
 from ascent.rollout.native_backend import NativeBackend
 from ascent.rollout.protocol import TokenOut
 from ascent.serve.app import request_error, server_error
@@ -30,11 +42,21 @@ from ascent.serve.served import Served
 
 
 class RecordingServed(Served):
-    """``Served`` for one session: the session's sampling, every call recorded."""
+    """``Served`` for one request of one session: the session's sampling, the call recorded,
+    a chat call that continues the session's last one rendered as its continuation in
+    tokens (``continuation.py``)."""
 
     def __init__(self, base: Served, session: Session) -> None:
         super().__init__(base.backend, base.model_name, base.request_timeout_s)
         self.session = session
+        self.turn: Turn | None = None  # this request's chat turn, once rendered
+
+    def render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
+        try:
+            self.turn = self.session.history.start(messages, tools)
+        except (InputError, ValueError) as bad:  # the template refuses the messages
+            raise RequestError(f"messages: the chat template failed: {bad}", "messages") from None
+        return self.turn.conversation.current.token_ids
 
     def check(self, body: CompletionRequest | ChatRequest) -> None:
         if body.n != 1:
@@ -42,27 +64,49 @@ class RecordingServed(Served):
         body.unsupported()
 
     def check_prompt(self, prompt: list[int], sampling: object, field: str = "prompt") -> None:
-        super().check_prompt(prompt, self.session.sampling_for(sampling), field)
+        try:
+            super().check_prompt(prompt, self._sampling(prompt, sampling), field)
+        except RequestError:
+            self.session.errors.append("length")  # past the context: the episode's end
+            raise
 
     async def run(
         self, prompt: list[int], sampling: object, images: list[str] | None = None, top: int = 0
     ) -> list[TokenOut]:
-        self._admit()
-        outs = await super().run(prompt, self.session.sampling_for(sampling), images, top)
-        self.session.record(prompt, outs[0])
+        self._admit(images)
+        sampling = self._sampling(prompt, sampling)
+        outs = await super().run(prompt, sampling, images, top)
+        self._record(prompt, outs[0], sampling)
         return outs
 
     async def token_items(
         self, prompt: list[int], sampling: object, images: list[str] | None = None, top: int = 0
     ) -> AsyncIterator[object]:
-        self._admit()
-        items = super().token_items(prompt, self.session.sampling_for(sampling), images, top)
-        async for item in items:
+        self._admit(images)
+        sampling = self._sampling(prompt, sampling)
+        async for item in super().token_items(prompt, sampling, images, top):
             if isinstance(item, TokenOut):
-                self.session.record(prompt, item)
+                self._record(prompt, item, sampling)
             yield item
 
-    def _admit(self) -> None:
+    def _record(self, prompt: list[int], out: TokenOut, sampling: object) -> None:
+        self.session.record(prompt, out)
+        if self.turn is not None:
+            self.session.history.finish(self.turn, out, sampling.stop)
+
+    def _sampling(self, prompt: list[int], sampling: object) -> object:
+        try:
+            return self.session.sampling_for(prompt, sampling)
+        except ContextSpent as spent:
+            raise RequestError(str(spent), "max_tokens") from None
+
+    def _admit(self, images: list[str] | None) -> None:
+        if images:  # the recorded call would lose them: its sample could not be trained
+            raise RequestError(
+                "an outside agent's calls cannot carry images yet (its samples would be "
+                "trained without them); send text",
+                "messages",
+            )
         try:
             self.session.admit()
         except CallBudgetSpent as spent:
@@ -93,7 +137,22 @@ def build_gateway_app(
     async def completions(session: str, request: Request) -> object:
         return await Completions(served(session)).completions(request)
 
+    async def reward(session: str, request: Request) -> dict:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise RequestError('the body must be JSON: {"reward": number}', None) from None
+        if not isinstance(body, dict) or "reward" not in body:
+            raise RequestError('the body must be {"reward": number, "call"?: ...}', "reward")
+        try:
+            served(session).session.report(body["reward"], body.get("call"))
+        except ValueError as bad:
+            field = "call" if "'call'" in str(bad) else "reward"
+            raise RequestError(str(bad), field) from None
+        return {"ok": True}
+
     app.get("/s/{session}/v1/models")(models)
+    app.post("/s/{session}/v1/reward")(reward)
     app.post("/s/{session}/v1/chat/completions")(chat)
     app.post("/s/{session}/v1/completions")(completions)
     return app

@@ -23,7 +23,7 @@ class Gateway:
     def __init__(self, backend: NativeBackend, request_timeout_s: float | None = 600.0) -> None:
         import uvicorn
 
-        self.sessions = Sessions()
+        self.sessions = Sessions(backend.tokenizer)
         app = build_gateway_app(backend, self.sessions, request_timeout_s=request_timeout_s)
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind((self.host, 0))  # a free port, chosen by the kernel: no race for one

@@ -57,6 +57,7 @@ class NativeBackend(RolloutBackend):
             Capability.IMAGES,
             Capability.ROUTE_RECORDING,
             Capability.WEIGHT_ALIASING,
+            Capability.OPENAI_ROUTES,
         }
     )
 

@@ -60,6 +60,7 @@ class Capability(StrEnum):
     IMAGES = "images"  # generates from prompts with images (a vision-language model)
     ROUTE_RECORDING = "route_recording"  # each token's experts (Sample.routed_experts)
     WEIGHT_ALIASING = "weight_aliasing"  # may keep a colocated trainer's tensors uncopied
+    OPENAI_ROUTES = "openai_routes"  # ascent's OpenAI routes serve it (serve, the agent gateway)
 
 
 class CapabilityError(RuntimeError):

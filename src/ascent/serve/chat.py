@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from ascent.rollout.protocol import TokenOut, render_chat
+from ascent.rollout.protocol import TokenOut
 from ascent.serve import responses as r
 from ascent.serve.images import request_images, with_image_tokens
 from ascent.serve.logprobs import ScoredTokens, chat_logprobs, scored_tokens
@@ -29,11 +29,7 @@ class Chat:
         images = request_images(body.messages)
 
         def render(messages: list[dict]) -> list[int]:
-            try:
-                return render_chat(served.tokenizer, messages, tools)
-            except Exception as bad:  # jinja errors name the template's complaint
-                message = f"messages: the chat template failed: {bad}"
-                raise RequestError(message, "messages") from None
+            return served.render(messages, tools)
 
         prompt = with_image_tokens(served.engine, body.messages, images, render)
         # Without a limit the reply may fill the context (the engine stops it there).

@@ -5,7 +5,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from ascent.rollout.native_backend import NativeBackend
-from ascent.rollout.protocol import TokenOut
+from ascent.rollout.protocol import TokenOut, render_chat
 from ascent.rollout.scoring import TokenScores
 from ascent.serve import responses as r
 from ascent.serve.schema import ChatRequest, CompletionRequest, RequestError
@@ -46,6 +46,15 @@ class Served:
                 404,
             )
         body.unsupported()
+
+    def render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
+        """A chat request's prompt ids: its messages in the chat template (a 400 naming
+        ``messages`` where the template refuses them)."""
+        try:
+            return render_chat(self.tokenizer, messages, tools)
+        except Exception as bad:  # jinja errors name the template's complaint
+            message = f"messages: the chat template failed: {bad}"
+            raise RequestError(message, "messages") from None
 
     def check_prompt(self, prompt: list[int], sampling: object, field: str = "prompt") -> None:
         """A 400 naming ``field`` for a prompt the engine would refuse (too long, token ids

@@ -1,7 +1,8 @@
 """The rollout role: generation for the RL loop, colocated with the actor or on its own
 devices, with weights refreshed from the actor. The generation itself is a backend
 (``ascent.rollout.backends.start_backend``); what a row is, a sample or an agent's episode,
-is plugged in (``SampleRollouts``, ``ascent.agents.rollouts.EpisodeRollouts``)."""
+is plugged in (``SampleRollouts``, ``ascent.agents.rollouts.EpisodeRollouts``, or an outside
+agent's through the gateway, ``ascent.gateway.rollouts.OutsideRollouts``)."""
 
 import asyncio
 from collections.abc import Iterable
@@ -73,6 +74,12 @@ class RolloutWorker(Worker):
         version = lambda: self.backend.version  # noqa: E731
         if cfg.agent is None:
             self.rows = SampleRollouts(self.backend, pad_id=self.pad_id, weight_version=version)
+        elif cfg.agent.run is not None:
+            from ascent.gateway.rollouts import OutsideRollouts  # its server only where used
+
+            self.rows = OutsideRollouts(
+                cfg.agent, self.backend, pad_id=self.pad_id, weight_version=version
+            )
         else:
             self.rows = EpisodeRollouts(
                 cfg.agent,
@@ -84,8 +91,10 @@ class RolloutWorker(Worker):
             )
 
     def close(self) -> None:
-        """Stop what the backend started (vLLM servers, the native step thread, the loop
-        beside training)."""
+        """Stop what the rows and the backend started (an outside agent's gateway, vLLM
+        servers, the native step thread, the loop beside training)."""
+        if hasattr(getattr(self, "rows", None), "close"):
+            self.rows.close()  # the gateway, before the engine it serves
         if getattr(self, "backend", None) is not None:
             asyncio.run(self.backend.close())
 

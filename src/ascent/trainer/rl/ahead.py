@@ -22,7 +22,10 @@ step submitted, then loads version t+1, then submits step t+1+k: step s is sampl
 version max(0, s - k)); and each step's prompts go to the engine as one batch, admitted
 together before its first decode step (``RolloutBackend.generate_together``), so which rows
 share a decode step never depends on when requests arrived. Two runs with one seed then train
-on the same samples. The price: the engine waits for the trainer between batches, so k > 1
+on the same samples. With ``rollout.agent`` what is fixed is the weight schedule: each step's
+episodes are sampled wholly by version max(0, s - k), but their turns (an outside agent's
+calls) join the engine's batch as they come, so their samples are not bit-reproducible. The
+price: the engine waits for the trainer between batches, so k > 1
 buys no more overlap than k = 1 once the run is steady.
 
 A checkpoint keeps the prompts of every step submitted and not yet trained (in flight or

@@ -241,7 +241,8 @@ class RLTrainerSettings(RunSettings):
         "engine, as soon as the bound allows (which weights sample a token depends on "
         "timing). fixed: step t is sampled wholly by weight version max(0, t - k) (k: 1, or "
         "max_staleness), each step's prompts as one batch, new weights loaded between "
-        "batches: two runs with one seed give the same metrics (native engine).",
+        "batches: two runs with one seed give the same metrics (native engine; with "
+        "rollout.agent, only the weight schedule is fixed).",
     )
     dump_rollouts: str | None = Field(None, description="Save each step's scored batch here.")
     replay_rollouts: str | None = Field(None, description="Train on saved batches, no generation.")

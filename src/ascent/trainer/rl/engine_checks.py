@@ -28,12 +28,15 @@ def require(config: RLConfig, asker: str, *capabilities: Capability) -> None:
 
 def check_engine(config: RLConfig) -> None:
     """Generating ahead of training and agent episodes need an engine that serves requests
-    one by one and follows the policy; router replay needs one that records routes; and
+    one by one and follows the policy (an outside agent's, one that ascent's OpenAI routes
+    serve); router replay needs one that records routes; and
     the engine must run the checkpoint's model family."""
     if config.trainer.mode != "sync":
         require(config, f"trainer.mode={config.trainer.mode}", *FOLLOWS_THE_POLICY)
     if config.rollout.agent is not None:
         require(config, "rollout.agent", *FOLLOWS_THE_POLICY)
+        if config.rollout.agent.run is not None:
+            require(config, "rollout.agent.run", Capability.OPENAI_ROUTES)
     if config.actor.router_replay != "off":
         require(
             config, f"actor.router_replay={config.actor.router_replay}", Capability.ROUTE_RECORDING

@@ -78,9 +78,6 @@ def check_mode(config: RLConfig, dynamic_sampling: bool, estimator: str, needs: 
         # an episode's turns cannot be replayed onto new weights
         "rollout.agent with trainer.partial_rollouts=false": config.rollout.agent is not None
         and not config.trainer.partial_rollouts,
-        # an episode's turns join the engine's batch as they come: not reproducible
-        "rollout.agent with trainer.async_schedule=fixed": config.rollout.agent is not None
-        and schedule == "fixed",
     }
     for what, present in conflicts.items():
         if present:
@@ -95,6 +92,12 @@ def check_needs(config: RLConfig, estimator: str, needs: Needs) -> None:
         raise ConfigError(
             f"algorithm.estimator={estimator} needs rollout.samples_per_prompt >= "
             f"{needs.min_group_size} (its baselines compare the samples of a prompt)"
+        )
+    agent = config.rollout.agent
+    if needs.baseline_scores and agent is not None and agent.run is not None:
+        raise ConfigError(
+            f"the {estimator} estimator cannot train an outside agent (rollout.agent.run): "
+            "its baseline is a greedy answer scored by reward.function; use grpo or rloo"
         )
     if needs.process_rewards and config.rollout.agent is not None:
         raise ConfigError(

@@ -53,7 +53,8 @@ class RLRun:
         check_images_reach_the_engine(
             [*train, *self.val_prompts], config.rollout.engine, config.rollout.agent
         )
-        check_sources_are_scored([*train, *self.val_prompts], config.reward.function)
+        if self.rows.needs_scorer(config.reward.function):
+            check_sources_are_scored([*train, *self.val_prompts], config.reward.function)
         self.run_dir = make_run_dir(cfg.run_dir)
         self.checkpoints = Checkpoints(
             self.run_dir, keep_last=cfg.keep_last, checksums=cfg.checksum_checkpoints

@@ -45,7 +45,7 @@ class Scoring:
     def __call__(self, batch: Batch, metrics: defaultdict) -> Batch:
         metrics.update(self.rows.generated_metrics(batch))
         with self.times("reward"):
-            batch, counts = self.rewards.score(batch)
+            batch, counts = self.rows.score(batch, self.rewards)
             batch = self.rows.after_scoring(batch)
         for key, value in counts.items():
             metrics[key] += value

@@ -67,3 +67,73 @@ async def openai_tools_agent(base_url: str, row: dict) -> dict:
             model="gpt-4o-mini", messages=messages, tools=[ADD], max_tokens=16
         )
     return {"reward": row_reward(row), "acc": float(row_reward(row) == 1.0)}
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first.
+        b: The second.
+    """
+    return a + b
+
+
+async def openai_agents_sdk_agent(base_url: str, row: dict) -> float:
+    """An OpenAI Agents SDK agent with a function tool, on the chat completions API."""
+    from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool
+
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+        model = OpenAIChatCompletionsModel(model="gpt-4o-mini", openai_client=client)
+        agent = Agent(
+            name="adder",
+            instructions="Answer briefly; use the add tool for sums.",
+            tools=[function_tool(add)],
+            model=model,
+        )
+        prompt = opening(row)[-1]["content"]
+        await Runner.run(agent, prompt, max_turns=2, run_config=RunConfig(tracing_disabled=True))
+    return row_reward(row)
+
+
+async def langgraph_react_agent(base_url: str, row: dict) -> float:
+    """A LangGraph ReAct loop (model node, ``ToolNode``, ``tools_condition``) over
+    ``langchain-openai``'s ``ChatOpenAI``."""
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    tools = [tool(add)]
+    model = ChatOpenAI(
+        model="gpt-4o-mini", base_url=base_url, api_key="unused", max_retries=0, max_tokens=16
+    ).bind_tools(tools)
+
+    async def think(state: MessagesState) -> dict:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", think)
+    graph.add_node("tools", ToolNode(tools))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    prompt = opening(row)[-1]["content"]
+    await graph.compile().ainvoke({"messages": [("user", prompt)]}, {"recursion_limit": 5})
+    return row_reward(row)
+
+
+async def digit_agent(base_url: str, row: dict) -> dict:
+    """Three one-token replies (a user says "again" between them); the episode succeeds as
+    far as its replies are digits: reward = digit replies / 3, acc = all three were."""
+    messages, hits = opening(row), 0
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+        for _ in range(3):
+            out = await client.chat.completions.create(
+                model="gpt-4o-mini", messages=messages, max_tokens=1
+            )
+            reply = out.choices[0].message
+            text = (reply.content or "").strip()
+            hits += bool(text) and text.isdigit()
+            messages += [reply.model_dump(exclude_none=True), {"role": "user", "content": "again"}]
+    return {"reward": hits / 3, "acc": float(hits == 3)}

@@ -12,7 +12,7 @@ from ascent.rollout.native_backend import NativeBackend
 def gateway(tiny_model):
     engine = NativeEngine(
         load_causal_lm(tiny_model),
-        EngineLimits(max_num_seqs=8, max_model_len=512),
+        EngineLimits(max_num_seqs=8, max_model_len=2048),
         tokenizer=load_tokenizer(tiny_model),
     )
     gateway = Gateway(NativeBackend(engine, load_tokenizer(tiny_model)))

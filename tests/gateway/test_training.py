@@ -15,6 +15,7 @@ from ascent.trainer.rl.loop import train_rl
 from ascent.trainer.rl.plan import make_plan
 from tests.gateway.agents import FIRST_CALL_REWARD, row_reward
 from tests.trainer.rl_setup import config, metric
+from tests.trainer.test_rl_trainer import assert_learned
 
 AGENT = (
     "data.chat_template=true",
@@ -124,3 +125,31 @@ def test_the_agent_row_is_the_dataset_row(tiny_model, prompts, tmp_path):
         load_agent("tests.gateway.agents:nope")
     row = json.loads((prompts / "train.jsonl").read_text().splitlines()[0])
     assert row_reward(row) in (0.0, 0.5, 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.learning
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_an_outside_agents_success_rate_rises(tiny_model, prompts, tmp_path, seed):
+    """An agent of three one-token calls, rewarded for the share of its replies that are
+    digits (``tests.gateway.agents:digit_agent``): the policy learns it only if the agent's
+    reward reaches the tokens of every call, through the gateway's samples. Seed 0 went
+    from 0.04 to 0.70 in 30 steps (32 s) on the AMD EPYC; ``assert_learned`` asks for 0.4."""
+    run = tmp_path / "run"
+    train_rl(
+        config(
+            tiny_model,
+            prompts,
+            run,
+            *AGENT,
+            "rollout.agent.run=tests.gateway.agents:digit_agent",
+            "rollout.agent.max_turns=3",
+            "rollout.samples_per_prompt=8",
+            "trainer.total_steps=30",
+            f"trainer.seed={seed}",
+        )
+    )
+    # The calls merge into one sample, but for a turn the template cannot write back (an
+    # end-of-text token sampled where it writes <|im_end|>): about 1 episode in 30.
+    assert max(metric(run, "agent/samples_per_episode")) < 1.25
+    assert_learned(run)

@@ -40,6 +40,7 @@ TIMEOUT_S = 180
 # test of each feature they show, so they run with the slow tests.
 SLOW_PAGES = {
     "docs/concepts/controller.md",
+    "docs/guides/agents-from-outside.md",
     "docs/guides/lora.md",
     "docs/guides/ppo-critic.md",
     "docs/guides/your-data-and-reward.md",

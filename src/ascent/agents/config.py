@@ -20,13 +20,15 @@ class AgentConfig(Strict):
         "tools",
         description="tools: run the functions listed in `tools` until the model answers "
         "without a call; or an ascent.agents.Environment subclass as 'module:Class' or "
-        "'file.py:Class'.",
+        "'file.py:Class'; or a hub's environment, run in process (the hubs venv, `make "
+        "hubs-venv`): 'verifiers:<taskset id>' or 'verifiers:<module:function>' returning a "
+        "verifiers Env, 'openenv:<module:Class>' an OpenEnv Environment.",
     )
     environments: dict[str, str] = Field(
         default_factory=dict,
-        description="More environments by name ('module:Class'); a row's "
-        "extra_info.agent_name picks one (verl's agent_name); 'tools' and 'tool_agent' name "
-        "the tool environment.",
+        description="More environments by name ('module:Class', 'verifiers:...', "
+        "'openenv:...'); a row's extra_info.agent_name picks one (verl's agent_name); 'tools' "
+        "and 'tool_agent' name the tool environment.",
     )
     tools: list[str] = Field(
         default_factory=list,
@@ -44,7 +46,7 @@ class AgentConfig(Strict):
     run: str | None = Field(
         None,
         description="An agent of your own, as 'module:function' or 'file.py:function': "
-        "`async def run(base_url, row) -> reward | dict` (or a plain function), given an "
+        "`async def run(base_url, row)` returning the reward (or a plain function), given an "
         "OpenAI base_url of its own per episode, served by the policy being trained "
         "(docs/guides/agents-from-outside.md). Replaces environment and tools.",
     )

@@ -101,6 +101,10 @@ def _environment_class(spec: str, name: str) -> Callable[[], Environment]:
     field = (
         "rollout.agent.environment" if name == "default" else f"rollout.agent.environments.{name}"
     )
+    if spec.startswith(("verifiers:", "openenv:")):  # a hub's environment, run in process
+        from ascent.agents.hubs import hub_environment
+
+        return hub_environment(spec, field)
     try:
         found = load_object(spec)
     except InputError as error:

@@ -17,6 +17,12 @@ room for every episode's conversation, so that episodes waiting for their tools 
 context cached. Sandbox: --sandbox-calls Python programs (``print(sum(range(1000)))``)
 through a pool of --sandbox-workers, and the same one at a time.
 
+Gateway: the same episodes played by an outside agent (``ascent.gateway``): each an
+``openai.AsyncOpenAI`` client against its own session's ``base_url``, --turns chat calls of
+``max_tokens`` --turn-tokens, the reply and the same tool message sent back as history each
+time (so every call continues the last one in tokens). Against the agent loop, its rate is
+what HTTP, JSON and the chat route cost on top of the loop's work.
+
     .venv/bin/python bench/agent.py [--json PATH]
 """
 
@@ -150,6 +156,51 @@ def agent_loop(backend, tokenizer, episodes, turns, tokens):
     return generated / seconds, all_turns / seconds, prefill
 
 
+def gateway_agent(backend, episodes, turns, tokens):
+    """tokens/s and turns/s of outside agents through the gateway (module docstring), and
+    their samples per episode (1.0: every call continued the last one)."""
+    import openai
+
+    from ascent.gateway.episodes import EpisodeLimits, play_outside_episode
+    from ascent.gateway.server import Gateway
+
+    async def agent(base_url, row):
+        messages = [{"role": "user", "content": row["question"]}]
+        async with openai.AsyncOpenAI(base_url=base_url, api_key="-", max_retries=0) as client:
+            for _ in range(turns):
+                out = await client.chat.completions.create(
+                    model="agent", messages=messages, max_tokens=tokens
+                )
+                reply = out.choices[0].message.model_dump(exclude_none=True)
+                messages += [reply, {"role": "tool", "content": "12345"}]
+        return 0.0
+
+    gateway = Gateway(backend)
+    sampling = SamplingParams(
+        temperature=1.0, max_new_tokens=turns * (tokens + 64), seed=0, stop_token_ids=[]
+    )
+    limits = EpisodeLimits(max_calls=turns, timeout_s=600.0)
+
+    async def play():
+        rows = [{"question": f"question {i}"} for i in range(episodes)]
+        return await asyncio.gather(
+            *(play_outside_episode(gateway, agent, row, sampling, limits) for row in rows)
+        )
+
+    try:
+        start = time.perf_counter()
+        played = asyncio.run(play())
+        seconds = time.perf_counter() - start
+    finally:
+        gateway.close()
+    failed = [e.error for e in played if e.error is not None]
+    assert not failed, failed[0]
+    generated = sum(len(c.response_ids) for e in played for c in e.calls)
+    calls = sum(len(e.calls) for e in played)
+    samples = sum(len(e.samples) for e in played) / len(played)
+    return generated / seconds, calls / seconds, samples
+
+
 def sandbox(calls, workers):
     code = "print(sum(range(1000)))"
     pool = SandboxPool(workers)
@@ -206,10 +257,20 @@ def main():
     )
     backend = NativeBackend(engine, tokenizer)
     total = args.turns * args.turn_tokens
-    runs = {"single": [], "matched": [], "agent": [], "turns": [], "pooled": [], "one_by_one": []}
+    runs = {
+        "single": [],
+        "matched": [],
+        "agent": [],
+        "turns": [],
+        "gateway": [],
+        "gateway_turns": [],
+        "pooled": [],
+        "one_by_one": [],
+    }
     try:
         _, _, warm = agent_loop(backend, tokenizer, 8, 2, 4)  # warm-up (and the step thread)
         single_turn(backend, tokenizer, 8, 4)
+        gateway_agent(backend, 8, 2, 4)
         # The tokens the loop renders into each later turn's context (headers, the tool's
         # answer): what the work-matched single-turn prompts are longer by, per later turn.
         extra = round(warm["new_per_later_turn"] - 1) * (args.turns - 1)
@@ -228,6 +289,12 @@ def main():
             )
             runs["agent"].append(tokens)
             runs["turns"].append(turns)
+            engine.reset_prefix_cache()
+            tokens, turns, samples = gateway_agent(
+                backend, args.episodes, args.turns, args.turn_tokens
+            )
+            runs["gateway"].append(tokens)
+            runs["gateway_turns"].append(turns)
             pooled, one = sandbox(args.sandbox_calls, args.sandbox_workers)
             runs["pooled"].append(pooled)
             runs["one_by_one"].append(one)
@@ -246,8 +313,18 @@ def main():
     print(f"{label:<28} {median['matched']:>10.0f} {'':>9} {matched:>14.2f}x")
     ratio = median["agent"] / median["single"]
     print(f"{'agent loop':<28} {median['agent']:>10.0f} {median['turns']:>9.1f} {ratio:>14.2f}x")
+    gateway = median["gateway"] / median["single"]
+    label = "outside agent (gateway)"
+    print(
+        f"{label:<28} {median['gateway']:>10.0f} {median['gateway_turns']:>9.1f} {gateway:>14.2f}x"
+    )
     beyond = median["agent"] / median["matched"]
     print(f"agent loop vs work-matched single-turn: {beyond:.2f}x")
+    outside = median["gateway"] / median["agent"]
+    print(
+        f"outside agent vs agent loop: {outside:.2f}x "
+        f"({samples:.2f} samples per outside episode, last repeat)"
+    )
     print(
         f"\n{prefill['turns_per_episode']:.2f} turns per episode of "
         f"{prefill['mean_turn_tokens']:.1f} sampled tokens (last repeat); "
@@ -271,6 +348,8 @@ def main():
             "agent_vs_single": ratio,
             "matched_extra_prompt_tokens": extra,
             "agent_vs_matched": beyond,
+            "gateway_vs_agent": outside,
+            "gateway_samples_per_episode": samples,
             "prefill": prefill,
             "runs": runs,
         }

@@ -5,16 +5,21 @@ to the engine's), and the agent's rewards reach the tokens: the episode's on the
 call's on that call's last sampled token."""
 
 import json
+import os
+import signal
+import time
 
 import pytest
 import torch
 
 from ascent.batch import Batch
-from ascent.config import ConfigError
+from ascent.config import ConfigError, dump_config
 from ascent.trainer.rl.loop import train_rl
 from ascent.trainer.rl.plan import make_plan
 from tests.gateway.agents import FIRST_CALL_REWARD, row_reward
 from tests.trainer.rl_setup import config, metric
+from tests.trainer.test_async_rl import trained
+from tests.trainer.test_interruptions import start
 from tests.trainer.test_rl_trainer import assert_learned
 
 AGENT = (
@@ -153,3 +158,44 @@ def test_an_outside_agents_success_rate_rises(tiny_model, prompts, tmp_path, see
     # end-of-text token sampled where it writes <|im_end|>): about 1 episode in 30.
     assert max(metric(run, "agent/samples_per_episode")) < 1.25
     assert_learned(run)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_an_outside_agent_run_killed_with_sigkill_resumes_onto_the_same_rows(
+    tiny_model, prompts, tmp_path
+):
+    """Async, killed with SIGKILL after a checkpoint, with episodes of later steps submitted
+    (some in flight, their agents mid-call): the resumed run plays those steps' rows again,
+    whole episodes from their rows, and trains on exactly the rows a run that never
+    stopped trained on (none lost, none twice)."""
+    steps = (
+        *AGENT,
+        "trainer.total_steps=12",
+        "trainer.save_every=2",
+        "trainer.resume=auto",
+        "trainer.mode=async",
+        "trainer.max_staleness=2",
+    )
+    train_rl(config(tiny_model, prompts, tmp_path / "straight", *steps))
+    run_dir = tmp_path / "killed"
+    config_file = tmp_path / "killed.yaml"
+    dump_config(config(tiny_model, prompts, run_dir, *steps), config_file)
+    process = start(config_file)
+    checkpoint = run_dir / "checkpoints" / "step_00000004"
+    deadline = time.monotonic() + 180
+    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGKILL)
+    process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGKILL, "the run ended before the kill"
+    latest = max((run_dir / "checkpoints").glob("step_*"))
+    killed_at = int(latest.name.removeprefix("step_"))
+    assert 4 <= killed_at < 12
+    assert (latest / "rollouts_ahead").is_dir(), "the checkpoint holds the rows in flight"
+    rerun = start(config_file)
+    out, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err
+    assert f"at step {killed_at}" in out
+    assert trained(run_dir) == trained(tmp_path / "straight"), "none lost, none twice"
+    assert metric(run_dir, "agent/end/done")[-1] == 1.0

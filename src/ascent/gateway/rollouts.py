@@ -112,6 +112,7 @@ class OutsideRollouts:
     def _gateway(self) -> Gateway:
         if self.gateway is None:
             self.gateway = Gateway(getattr(self.backend, "inner", self.backend))
+        self.gateway.ensure_running()  # a server that stopped is replaced, sessions kept
         return self.gateway
 
     def close(self) -> None:

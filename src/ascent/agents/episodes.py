@@ -7,7 +7,9 @@ prompt; ``responses`` (right-padded to R) interleave sampled and rendered tokens
 1 only on sampled tokens (the losses see only the policy's own tokens); ``rollout_log_probs``
 are 0 and ``rollout_weight_versions`` -1 on rendered tokens. An episode whose template
 drifted gives several samples: each is a row with the prompt's uid (so its group), and
-``episode`` says which episode it came from.
+``episode`` says which episode it came from. ``images`` are each sample's own (its prompt's,
+then those its rendered spans brought, in the order of their image tokens), as single-turn
+image rows carry theirs: the actor and reference read them with the ids.
 """
 
 from collections import Counter
@@ -189,6 +191,7 @@ def episodes_batch(batch: Batch, episodes: list[Episode], n: int, width: int, pa
         tool_calls=[episodes[e].tool_calls for e in episode_ids],
         tool_errors=[episodes[e].tool_errors for e in episode_ids],
         turn_rewards=[sample.turn_rewards for sample in samples],
+        images=[list(sample.images) for sample in samples],
     )
     return out
 

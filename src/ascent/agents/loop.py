@@ -1,9 +1,9 @@
 """The agent loop: many episodes at once (asyncio) against one rollout backend, each a
 conversation of sampled assistant turns and environment steps, kept as exact tokens.
 
-    episode:  messages = env.reset(row)
+    episode:  messages = env.reset(row)                      # the row's images in place
               repeat up to max_turns:
-                  out  = await backend.generate(sample's tokens so far)    # mask 1, exact
+                  out  = await backend.generate(sample's tokens so far, its images)  # mask 1
                   step = env.step(assistant message)                       # tools run here
                   stop if step.done, or the turn did not end by itself (length, abort)
                   append the template's tokens for step.observations      # mask 0
@@ -14,6 +14,11 @@ sessions). Budgets: a sample's response (sampled and rendered tokens together) h
 ``max_response_tokens``; each tool result at most ``max_tool_response_tokens`` (cut, and
 marked as cut); a prompt that has outgrown ``max_model_len`` (after a new sample started on
 drift) ends the episode.
+
+Images (``ascent.agents.images``) ride with the sample whose tokens show them: each request
+carries its sample's images in the order of their image tokens. A turn that sampled the
+image token ends the episode (``image_token``): no engine could tell it from an image's in
+the next turn's prompt.
 """
 
 import asyncio
@@ -24,13 +29,15 @@ from typing import Any, Literal
 
 from ascent.agents.conversation import Conversation, DriftMode
 from ascent.agents.environment import Environment, Step
+from ascent.agents.images import ImageTokens, with_row_images
 from ascent.agents.trajectory import Trajectory
 from ascent.rollout.protocol import RolloutBackend
 from ascent.rollout.types import SamplingParams
 
-# error, timeout: an outside agent's (``ascent.gateway``) raised, or ran past its time
-EpisodeEnd = Literal["done", "max_turns", "length", "abort", "error", "timeout"]
-EPISODE_ENDS = ("done", "max_turns", "length", "abort", "error", "timeout")
+# error, timeout: an outside agent's (``ascent.gateway``) raised, or ran past its time;
+# image_token: a turn sampled the image token, which no turn may follow (module docstring)
+EpisodeEnd = Literal["done", "max_turns", "length", "abort", "error", "timeout", "image_token"]
+EPISODE_ENDS = ("done", "max_turns", "length", "abort", "error", "timeout", "image_token")
 TRUNCATED = "\n[... cut: the tool's output was longer than the limit]"
 
 
@@ -69,14 +76,12 @@ async def run_episode(
     row: dict,
     sampling: SamplingParams,
     limits: AgentLimits,
+    images: ImageTokens | None = None,
 ) -> Episode:
     """Play one episode (see the module docstring). ``sampling.seed``, when set, seeds the
-    first turn; turn t uses seed + t."""
-    messages = await _call(environment.reset, row)
-    tools = row.get("tools")  # the row's own definitions, as its prompt was rendered
-    if not tools and limits.tools_in_prompt:
-        tools = [tool.schema for tool in environment.tools]
-    conversation = Conversation(tokenizer, messages, tools=tools or None, on_drift=limits.on_drift)
+    first turn; turn t uses seed + t. ``images``: how the policy reads images (None: it
+    takes none)."""
+    conversation = await _open(environment, row, tokenizer, limits, images)
     rewards: list[float] = []
     end: EpisodeEnd = "max_turns"
     for turn in range(limits.max_turns):
@@ -95,7 +100,7 @@ async def run_episode(
                 "seed": None if sampling.seed is None else sampling.seed + turn,
             }
         )
-        out = await backend.generate(sample.token_ids, params)
+        out = await backend.generate(sample.token_ids, params, images=list(sample.images) or None)
         message = conversation.add_assistant(out)
         step: Step = await _call(environment.step, message)
         rewards.append(float(step.reward))
@@ -108,6 +113,9 @@ async def run_episode(
             end = "done"
             break
         if turn + 1 < limits.max_turns:
+            if conversation.sampled_image_token:
+                end = "image_token"
+                break
             conversation.add_messages(_cut(step.observations, tokenizer, limits))
     conversation.current.drop_trailing_rendered()  # nothing sampled follows them
     return Episode(
@@ -122,6 +130,24 @@ async def run_episode(
     )
 
 
+async def _open(
+    environment: Environment,
+    row: dict,
+    tokenizer: Any,
+    limits: AgentLimits,
+    images: ImageTokens | None,
+) -> Conversation:
+    """The episode's conversation from the environment's opening messages, the row's images
+    in their places (``with_row_images``)."""
+    messages = with_row_images(await _call(environment.reset, row), row.get("images") or [])
+    tools = row.get("tools")  # the row's own definitions, as its prompt was rendered
+    if not tools and limits.tools_in_prompt:
+        tools = [tool.schema for tool in environment.tools]
+    return Conversation(
+        tokenizer, messages, tools=tools or None, on_drift=limits.on_drift, images=images
+    )
+
+
 async def run_episodes(
     backend: RolloutBackend,
     tokenizer: Any,
@@ -129,6 +155,7 @@ async def run_episodes(
     rows: list[dict],
     sampling: SamplingParams,
     limits: AgentLimits,
+    images: ImageTokens | None = None,
 ) -> list[Episode]:
     """``sampling.n`` episodes of every row, all at once; ordered by row, then sample. With a
     seed, episode k (of all) seeds its turns from seed + 1000 * k."""
@@ -138,7 +165,8 @@ async def run_episodes(
             k = index * sampling.n + sample
             seed = None if sampling.seed is None else sampling.seed + 1000 * k
             params = sampling.model_copy(update={"seed": seed})
-            jobs.append(run_episode(backend, tokenizer, make_environment(row), row, params, limits))
+            environment = make_environment(row)
+            jobs.append(run_episode(backend, tokenizer, environment, row, params, limits, images))
     return list(await asyncio.gather(*jobs))
 
 

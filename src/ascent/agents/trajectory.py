@@ -7,11 +7,16 @@ A sample is ``prompt_ids`` followed by a response that interleaves two kinds of 
 - rendered: what the chat template adds between assistant turns (the end of the assistant's
   turn the model did not sample, tool results, user turns, the next assistant header);
   ``response_mask`` 0, log-prob 0, weight version -1. The model attends to them and is not
-  trained on them.
+  trained on them. A rendered span may bring images (a tool's result, a user's picture):
+  its image tokens already expanded, its images appended to ``images``.
+
+``images`` are the sample's data URLs in the order of their image tokens (the prompt's first),
+as the engine and the trainer take them: image k's features go on the k-th image's tokens.
 
 Nothing here re-tokenizes sampled text: the ids are appended as they came.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -24,6 +29,13 @@ class Trajectory:
     weight_versions: list[int] = field(default_factory=list)
     # (index into response_ids of a turn's last sampled token, that turn's reward)
     turn_rewards: list[tuple[int, float]] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)  # the prompt's, then the spans' in order
+    # per image: the response length when the span holding it was added (-1: the prompt's)
+    image_starts: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if len(self.image_starts) != len(self.images):  # given only the prompt's images
+            self.image_starts = [-1] * len(self.images)
 
     def add_sampled(
         self, token_ids: list[int], log_probs: list[float], weight_versions: list[int]
@@ -39,17 +51,24 @@ class Trajectory:
         self.log_probs += log_probs
         self.weight_versions += weight_versions
 
-    def add_rendered(self, token_ids: list[int]) -> None:
+    def add_rendered(self, token_ids: list[int], images: Sequence[str] = ()) -> None:
+        """A rendered span; ``images``: its images, whose tokens ``token_ids`` hold expanded."""
+        self.image_starts += [len(self.response_ids)] * len(images)
+        self.images += images
         self.response_ids += token_ids
         self.response_mask += [0] * len(token_ids)
         self.log_probs += [0.0] * len(token_ids)
         self.weight_versions += [-1] * len(token_ids)
 
     def truncate(self, length: int) -> None:
-        """Keep the first ``length`` tokens of the response (and what belongs to them)."""
+        """Keep the first ``length`` tokens of the response (and what belongs to them: the
+        images of the spans that start before ``length``; a cut inside a span with images is
+        followed by a rendering that sets ``images``, see ``Conversation``)."""
         del self.response_ids[length:], self.response_mask[length:]
         del self.log_probs[length:], self.weight_versions[length:]
         self.turn_rewards = [(i, r) for i, r in self.turn_rewards if i < length]
+        kept = sum(start < length for start in self.image_starts)
+        del self.images[kept:], self.image_starts[kept:]
 
     def drop_trailing_rendered(self) -> None:
         """Drop the rendered tokens after the last sampled one (an episode that ended after

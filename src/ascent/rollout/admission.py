@@ -85,8 +85,8 @@ class Admission:
         while waiting and seats > 0:
             job = waiting[0]
             tokens = job.tokens
-            salt = job.request.prefix_salt
-            prefix = cache.blocks.lookup(tokens, len(tokens) - 1, salt)  # compute one at least
+            keyed = job.request.prefix_tokens(tokens)  # image tokens named by their image
+            prefix = cache.blocks.lookup(keyed, len(tokens) - 1)  # compute one at least
             found = prefix.blocks
             start = len(found) * size + prefix.partial_length
             new_blocks = math.ceil(len(tokens) / size) - len(found)
@@ -191,7 +191,6 @@ class Admission:
                         cache.copy_block(table[full], copy)
                         table[full] = copy
                 rows.append(Running(request, sample_index, len(tokens), limit, list(tokens), table))
-        root = cache.blocks.root_for(plan.job.request.prefix_salt)
         for row in rows:
-            row.cached, row.names, row.root = len(tokens), plan.names[:full], root
+            row.cached, row.names, row.root = len(tokens), plan.names[:full], cache.blocks.root
         return rows

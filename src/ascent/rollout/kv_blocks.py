@@ -8,10 +8,13 @@ and the prefix index; the tensors are ``PagedKVCache``'s.
   agent turn that starts with an earlier one's context); ``refs[b]`` counts them. Only full
   blocks are ever shared: a sequence writes only into its last, partial block, which it owns.
 - **Prefix index.** A full block is named by a hash of its tokens chained with the hash of
-  the block before it, so one name means one whole prefix. ``lookup`` walks a token list block
-  by block and returns the blocks already computed for its longest indexed prefix. A block
-  whose last table lets go of it stays indexed (and reusable) until its memory is needed:
-  such blocks are evicted least recently released first.
+  the block before it, so one name means one whole prefix. The tokens are named as the
+  prompt's family keys them (``PreparedPrompt.prefix_tokens``): an image token by its image,
+  so the same ids with other images are another prefix from the first differing image on.
+  ``lookup`` walks a token list block by block and returns the blocks already computed for
+  its longest indexed prefix. A block whose last table lets go of it stays indexed (and
+  reusable) until its memory is needed: such blocks are evicted least recently released
+  first.
 - **Capacity.** ``capacity`` block ids exist (the tensors' size); ``limit`` is the most
   there may ever be. ``allocate`` returns None when every block is in use and the capacity
   is at its limit, and the caller grows the tensors, waits or preempts.
@@ -106,18 +109,13 @@ class BlockAllocator:
             self.index[name] = block
             self.hash_of[block] = name
 
-    def root_for(self, salt: int | None) -> int:
-        """The name before a first block of a prompt with ``salt`` (its images: the same
-        token ids with other images are another prefix)."""
-        return self.root if salt is None else hash((self.root, salt))
-
-    def lookup(self, tokens: Sequence[int], max_tokens: int, salt: int | None = None) -> "Prefix":
+    def lookup(self, tokens: Sequence[int], max_tokens: int) -> "Prefix":
         """What the cache holds of the longest prefix of ``tokens`` (at most ``max_tokens``
-        positions) named from ``root_for(salt)``: indexed full blocks, then possibly a
-        partial block that a finished sequence left (its first positions are the next
-        tokens)."""
+        positions; as the prompt's family names them, ``PreparedPrompt.prefix_tokens``):
+        indexed full blocks, then possibly a partial block that a finished sequence left (its
+        first positions are the next tokens)."""
         size = self.block_size
-        root = self.root_for(salt)
+        root = self.root
         names, parent = [], root
         for start in range(0, len(tokens) - size + 1, size):
             parent = block_hash(parent, tokens[start : start + size])

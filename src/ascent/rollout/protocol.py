@@ -148,15 +148,20 @@ class RolloutBackend:
         raise NotImplementedError
 
     async def generate(
-        self, prompt_ids: list[int], sampling: SamplingParams, session_id: str | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        session_id: str | None = None,
+        images: list[str] | None = None,
     ) -> TokenOut:
         """One response to ``prompt_ids``. ``session_id`` keeps the turns of one conversation
-        on one server (its prefix cache); backends with a single engine ignore it."""
+        on one server (its prefix cache); backends with a single engine ignore it.
+        ``images``: as for ``generate_n``."""
         if sampling.n != 1:
             raise ValueError(
                 f"generate returns one response; sampling.n={sampling.n}: use generate_n"
             )
-        return (await self.generate_n(prompt_ids, sampling, session_id))[0]
+        return (await self.generate_n(prompt_ids, sampling, session_id, images=images))[0]
 
     async def chat(
         self,

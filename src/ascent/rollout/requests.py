@@ -26,7 +26,7 @@ class EngineRequest:
     index: the ``prompt_index`` written into this request's samples.
     images: data URLs of the prompt's images, in the order of its image tokens (a
         vision-language model); ``prepared`` is what the model's family made of the prompt
-        (``PreparedPrompt``: its rotary shift and what tells its cached prefix apart).
+        (``PreparedPrompt``: its rotary shift and how the prefix cache names its tokens).
     top_logprobs: also keep, for every sampled token, the k most likely tokens of the
         distribution it was sampled from (``Sample.top_logprobs``; ``ascent serve``'s
         ``logprobs`` / ``top_logprobs``); 0: none, and no cost.
@@ -49,7 +49,7 @@ class EngineRequest:
         """How far its generated tokens' rotary positions are from their token indices."""
         return self.prepared.rope_shift
 
-    @property
-    def prefix_salt(self) -> int | None:
-        """What tells its cached prefix apart beyond the token ids."""
-        return self.prepared.prefix_salt
+    def prefix_tokens(self, tokens: list[int], start: int = 0, stop: int | None = None) -> list:
+        """``tokens[start:stop]`` of its sequence (the prompt, then generated ids) as the
+        prefix cache names them (``PreparedPrompt.prefix_tokens``: image tokens by image)."""
+        return self.prepared.prefix_tokens(tokens, start, stop)

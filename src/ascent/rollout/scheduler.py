@@ -201,7 +201,9 @@ class Scheduler:
             row.cached += 1
             if row.cached % size == 0:  # a block just filled: name it for the prefix cache
                 parent = row.names[-1] if row.names else row.root
-                name = block_hash(parent, row.tokens[row.cached - size : row.cached])
+                name = block_hash(
+                    parent, row.request.prefix_tokens(row.tokens, row.cached - size, row.cached)
+                )
                 row.names.append(name)
                 cache.blocks.register(row.blocks[row.cached // size - 1], name)
         self._record(list(range(len(self.rows))), logits)
@@ -308,6 +310,8 @@ class Scheduler:
         full, filled = divmod(row.cached, size)
         if filled:
             parent = row.names[-1] if row.names else row.root
-            name = block_hash(parent, row.tokens[full * size : row.cached])
+            name = block_hash(
+                parent, row.request.prefix_tokens(row.tokens, full * size, row.cached)
+            )
             self.cache.blocks.register(row.blocks[full], name)
         self.cache.blocks.release(row.blocks)

@@ -88,6 +88,7 @@ class RolloutWorker(Worker):
                 max_model_len=cfg.max_model_len,
                 pad_id=self.pad_id,
                 weight_version=version,
+                model_dir=cfg.model.path,
             )
 
     def close(self) -> None:

@@ -19,9 +19,10 @@ differs.
 
 At prefill, the rows' new tokens are embedded as text, and each image token's embedding is
 replaced by its image's features from the vision tower (``get_image_features``, run on the
-whole prompt's images: a prompt prefilled in several chunks takes the slice each chunk
-covers). The prefix cache tells prompts apart by their images as well as their tokens (the
-``prefix_salt``): the image tokens are all the same id.
+images whose tokens the chunk holds: a prompt prefilled in several chunks, or continuing
+cached context such as an episode's next turn, runs the tower on its new images only). The
+prefix cache tells prompts apart by their images as well as their tokens: the image tokens
+are all the same id, so the cache names each by its image (``prefix_keys``).
 
 The trainer's forward takes the same images and planes (``ascent.vision.forward``).
 """
@@ -94,7 +95,7 @@ class VisionPrompts(PromptInputs):
         rows[is_image] = torch.arange(expected)
         return PromptVision(
             rope_shift=int(delta.reshape(-1)[0]),
-            prefix_salt=hash(tuple(images)),
+            prefix_keys=image_keys(prompt, is_image, images, inputs, merge),
             inputs=inputs,
             planes=planes[:, 0],
             image_rows=rows,
@@ -128,16 +129,52 @@ class VisionPrompts(PromptInputs):
             image_rows = vision.image_rows[start : start + int(lengths[row])]
             here = (image_rows >= 0).nonzero(as_tuple=True)[0]
             if here.numel():
-                features = self.features(vision, hidden.device, hidden.dtype)
-                hidden[row, here.to(hidden.device)] = features[image_rows[here]]
+                features = self.features(vision, image_rows[here], hidden.device)
+                hidden[row, here.to(hidden.device)] = features.to(hidden.dtype)
         return hidden, planes
 
-    def features(self, vision: PromptVision, device: torch.device, dtype: torch.dtype) -> Tensor:
-        """The image features (image tokens, hidden) of a prompt, in token order."""
-        inputs = vision.inputs
-        pixels = inputs.pixel_values.to(device)
-        out = self.model.model.get_image_features(pixels, inputs.grid_thw.to(device))
-        return torch.cat(out.pooler_output, dim=0).to(dtype)
+    def features(self, vision: PromptVision, rows: Tensor, device: torch.device) -> Tensor:
+        """The features (len(rows), hidden) of a prompt's image tokens ``rows`` (indices
+        among all its image tokens, ascending), from the vision tower run on the images they
+        belong to only: a chunk that continues cached context (an episode's next turn) runs
+        it on its new images, not on every image of the conversation again."""
+        inputs, merge = vision.inputs, self.processor.merge_size**2
+        patches = inputs.grid_thw.prod(-1)
+        tokens = patches // merge
+        token_ends = tokens.cumsum(0)
+        owner = torch.searchsorted(token_ends, rows, right=True)  # each row's image
+        images = torch.unique(owner)
+        patch_ends = patches.cumsum(0)
+        pixels = torch.cat(
+            [inputs.pixel_values[patch_ends[i] - patches[i] : patch_ends[i]] for i in images]
+        )
+        out = self.model.model.get_image_features(
+            pixels.to(device), inputs.grid_thw[images].to(device)
+        )
+        features = torch.cat(out.pooler_output, dim=0)
+        # Where each image's tokens start among the features computed, and among all.
+        starts_here = torch.cumsum(tokens[images], 0) - tokens[images]
+        place = torch.zeros_like(tokens)
+        place[images] = starts_here
+        first = token_ends - tokens
+        return features[(place[owner] + rows - first[owner]).to(features.device)]
+
+
+def image_keys(
+    prompt: list[int], is_image: Tensor, images: Sequence[str], inputs: ImageInputs, merge: int
+) -> tuple[int, ...]:
+    """``prompt`` with each image token replaced by a key of its image (a negative number,
+    never a token id): the names the prefix cache gives the prompt's blocks."""
+    keys = list(prompt)
+    counts = (inputs.grid_thw.prod(-1) // merge).tolist()
+    where = is_image.nonzero(as_tuple=True)[0].tolist()
+    start = 0
+    for url, count in zip(images, counts, strict=True):
+        key = -1 - (hash(url) & (2**62 - 1))
+        for position in where[start : start + count]:
+            keys[position] = key
+        start += count
+    return tuple(keys)
 
 
 def read(model: nn.Module) -> Decoder:

@@ -34,11 +34,23 @@ from ascent.moe.replay import RouterWeights, softmax_weights
 class PreparedPrompt:
     """What a family made of a prompt's inputs beyond its token ids (``PromptInputs.prepare``):
     ``rope_shift``, how far its generated tokens' rotary positions are from their indices
-    (M-RoPE after images; 0 for text), and ``prefix_salt``, what tells its cached prefix
-    apart from another prompt's with the same ids (its images; None for text)."""
+    (M-RoPE after images; 0 for text), and ``prefix_keys``, the prompt's ids as the prefix
+    cache names them where they are not enough (None: the ids themselves). Image tokens all
+    share one id, so each is keyed by its image: the same ids with another image are another
+    prefix from that image's first token on, and a prompt that continues this one with the
+    same images (an episode's next turn) still finds its cached blocks."""
 
     rope_shift: int = 0
-    prefix_salt: int | None = None
+    prefix_keys: tuple[int, ...] | None = None
+
+    def prefix_tokens(self, tokens: Sequence[int], start: int = 0, stop: int | None = None) -> list:
+        """``tokens[start:stop]`` (this prompt's ids, then what was generated after them) as
+        the prefix cache names them."""
+        stop = len(tokens) if stop is None else stop
+        keys = self.prefix_keys
+        if keys is None:
+            return list(tokens[start:stop])
+        return [*keys[start : min(stop, len(keys))], *tokens[max(start, len(keys)) : stop]]
 
 
 TEXT_PROMPT = PreparedPrompt()
@@ -48,6 +60,8 @@ class PromptInputs:
     """How a family's prompts enter the native engine. This one: token ids only (a prompt
     with images is refused, naming the architecture); a vision-language family overrides
     both methods."""
+
+    image_token_id: int | None = None  # the id that stands for image features (None: no images)
 
     def __init__(self, model: nn.Module) -> None:
         self.architecture = type(model).__name__

@@ -31,9 +31,10 @@ def load_run_prompts(
 
 
 def check_images_reach_the_engine(prompts: list[RLPrompt], engine: str, agent: object) -> None:
-    """Prompts with images need an engine that takes them and no agent (an episode's later
-    turns have no way to carry images yet): refused before any worker starts, not at the
-    first generation."""
+    """Prompts with images need an engine that takes them, and no outside agent
+    (``rollout.agent.run``: its calls cannot carry images yet); an environment's episodes take
+    them (``ascent.agents.images``). Refused before any worker starts, not at the first
+    generation."""
     if not any(p.images for p in prompts):
         return
     if Capability.IMAGES not in engine_capabilities(engine):
@@ -41,10 +42,11 @@ def check_images_reach_the_engine(prompts: list[RLPrompt], engine: str, agent: o
             f"the prompts hold images, which rollout.engine={engine} cannot generate from: "
             f"use rollout.engine={' or '.join(engines_with(Capability.IMAGES))}"
         )
-    if agent is not None:
+    if getattr(agent, "run", None) is not None:
         raise CannotStart(
-            "the prompts hold images, which agent episodes do not take yet: train on them "
-            "without rollout.agent (single-turn prompts)"
+            "the prompts hold images, which an outside agent's episodes (rollout.agent.run) "
+            "do not take yet: play them in an environment (rollout.agent.environment) or "
+            "train on single-turn prompts"
         )
 
 

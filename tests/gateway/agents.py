@@ -137,3 +137,22 @@ async def digit_agent(base_url: str, row: dict) -> dict:
             hits += bool(text) and text.isdigit()
             messages += [reply.model_dump(exclude_none=True), {"role": "user", "content": "again"}]
     return {"reward": hits / 3, "acc": float(hits == 3)}
+
+
+async def picture_agent(base_url: str, row: dict) -> float:
+    """Two calls about the row's pictures, sent as ``image_url`` parts (a vision-language
+    policy); the second call's history holds the first picture and a new one."""
+    text = opening(row)[-1]["content"].replace("<image>", "").strip()
+    pictures = [{"type": "image_url", "image_url": {"url": url}} for url in row["images"]]
+    messages = [{"role": "user", "content": [{"type": "text", "text": text}, pictures[0]]}]
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+        for turn in range(2):
+            out = await client.chat.completions.create(
+                model="gpt-4o", messages=messages, max_tokens=8
+            )
+            again = [{"type": "text", "text": "and this one?"}, *pictures[turn + 1 : turn + 2]]
+            messages += [
+                out.choices[0].message.model_dump(exclude_none=True),
+                {"role": "user", "content": again},
+            ]
+    return row_reward(row)

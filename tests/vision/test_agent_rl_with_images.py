@@ -9,7 +9,6 @@ import pytest
 
 from ascent.batch import Batch
 from ascent.trainer.rl.loop import train_rl
-from ascent.trainer.run_dir import CannotStart
 from tests.trainer.rl_setup import config, metric
 from tests.vision.agent_envs import LETTERS_OR_DIGITS, colour_rows, data_url
 from tests.vision.data import png_bytes
@@ -108,17 +107,3 @@ def test_a_task_only_the_tools_picture_answers_is_learned_above_a_blind_control(
         last[environment] = sum(scores[-5:]) / 5
     assert abs(last["BlankTool"] - 0.5) < 0.15, last
     assert last["ColourTool"] > last["BlankTool"] + 0.25, last
-
-
-def test_image_rows_for_an_outside_agent_are_refused_before_any_worker_starts(tiny_vlm, tmp_path):
-    rows = rows_with_pictures(4)
-    run = config(
-        tiny_vlm,
-        write_rows(tmp_path / "data", rows),
-        tmp_path / "run",
-        "data.chat_template=true",
-        "data.prompts_per_step=4",
-        "rollout.agent.run=tests.vision.agent_envs:zero",
-    )
-    with pytest.raises(CannotStart, match=r"outside agent's episodes \(rollout.agent.run\)"):
-        train_rl(run)

@@ -39,6 +39,7 @@ from ascent.serve.chat import Chat
 from ascent.serve.completions import Completions
 from ascent.serve.schema import ChatRequest, CompletionRequest, RequestError
 from ascent.serve.served import Served
+from ascent.vision.prompts import IMAGE_PART_TYPES
 
 
 class RecordingServed(Served):
@@ -52,6 +53,12 @@ class RecordingServed(Served):
         self.turn: Turn | None = None  # this request's chat turn, once rendered
 
     def render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
+        if has_images(messages):
+            # The route expands the image tokens after rendering: a continued prompt holds
+            # earlier images' tokens expanded already. Rendered as sent (a new sample), and
+            # the chain ends here.
+            self.session.history.last = None
+            return super().render(messages, tools)
         try:
             self.turn = self.session.history.start(messages, tools)
         except (InputError, ValueError) as bad:  # the template refuses the messages
@@ -73,24 +80,26 @@ class RecordingServed(Served):
     async def run(
         self, prompt: list[int], sampling: object, images: list[str] | None = None, top: int = 0
     ) -> list[TokenOut]:
-        self._admit(images)
+        self._admit()
         sampling = self._sampling(prompt, sampling)
         outs = await super().run(prompt, sampling, images, top)
-        self._record(prompt, outs[0], sampling)
+        self._record(prompt, outs[0], sampling, images)
         return outs
 
     async def token_items(
         self, prompt: list[int], sampling: object, images: list[str] | None = None, top: int = 0
     ) -> AsyncIterator[object]:
-        self._admit(images)
+        self._admit()
         sampling = self._sampling(prompt, sampling)
         async for item in super().token_items(prompt, sampling, images, top):
             if isinstance(item, TokenOut):
-                self._record(prompt, item, sampling)
+                self._record(prompt, item, sampling, images)
             yield item
 
-    def _record(self, prompt: list[int], out: TokenOut, sampling: object) -> None:
-        self.session.record(prompt, out)
+    def _record(
+        self, prompt: list[int], out: TokenOut, sampling: object, images: list[str] | None
+    ) -> None:
+        self.session.record(prompt, out, images)
         if self.turn is not None:
             self.session.history.finish(self.turn, out, sampling.stop)
 
@@ -100,13 +109,7 @@ class RecordingServed(Served):
         except ContextSpent as spent:
             raise RequestError(str(spent), "max_tokens") from None
 
-    def _admit(self, images: list[str] | None) -> None:
-        if images:  # the recorded call would lose them: its sample could not be trained
-            raise RequestError(
-                "an outside agent's calls cannot carry images yet (its samples would be "
-                "trained without them); send text",
-                "messages",
-            )
+    def _admit(self) -> None:
         try:
             self.session.admit()
         except CallBudgetSpent as spent:
@@ -156,3 +159,13 @@ def build_gateway_app(
     app.post("/s/{session}/v1/chat/completions")(chat)
     app.post("/s/{session}/v1/completions")(completions)
     return app
+
+
+def has_images(messages: list[dict]) -> bool:
+    """Whether any message holds an image part."""
+    return any(
+        isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES
+        for message in messages
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for part in message["content"]
+    )

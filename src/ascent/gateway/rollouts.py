@@ -79,11 +79,6 @@ class OutsideRollouts:
     async def play(self, batch: Batch, params: SamplingParams) -> list[OutsideEpisode]:
         """``params.n`` episodes of every row, all at once; ordered by row, then sample. With a
         seed, episode k (of all) seeds its calls from seed + 1000 * k."""
-        if any(batch.get("images") or []):
-            raise ValueError(
-                "outside agents' episodes do not take images yet: train a vision-language "
-                "model on single-turn prompts (no rollout.agent)"
-            )
         gateway = self._gateway()
         jobs = []
         for index, row in enumerate(episode_rows(batch)):

@@ -8,11 +8,15 @@ their log-probs and weight versions. Nothing is re-tokenised.
 Calls become samples (``Trajectory``) by one rule, on tokens:
 
     sample = the current sample's prompt + response so far      (tokens T)
-    call k joins it   if call k's prompt P starts with T:
+    call k joins it   if call k's prompt P starts with T (and its images with the sample's):
                           append P[len(T):]   rendered, mask 0  (tool results, user turns, the
                                                                  next assistant header)
                           append call k's response   sampled, mask 1
     otherwise         a new sample starts with P as its prompt, call k's response sampled
+
+A call's images (a vision-language model's, data URLs in the order of their image tokens) are
+its prompt's: a joining call's new ones come with its new prompt tokens, whose image tokens
+the engine expanded; the same tokens with other images are another context, so a new sample.
 
 So a client that sends its history back as the model wrote it (the usual agent loop) gives
 one multi-turn sample per episode, the policy trained on its own tokens in the context it
@@ -44,6 +48,7 @@ class RecordedCall:
     log_probs: tuple[float, ...]
     weight_versions: tuple[int, ...]
     reward: float | None = None
+    images: tuple[str, ...] = ()
 
 
 def calls_to_samples(calls: Iterable[RecordedCall]) -> list[Trajectory]:
@@ -51,13 +56,13 @@ def calls_to_samples(calls: Iterable[RecordedCall]) -> list[Trajectory]:
     nothing (aborted, or stopped at once) adds its prompt's new tokens and no trained token."""
     samples: list[Trajectory] = []
     for call in calls:
-        prompt = list(call.prompt_ids)
+        prompt, images = list(call.prompt_ids), list(call.images)
         current = samples[-1] if samples else None
-        held = current.token_ids if current is not None else None
-        if held is not None and len(prompt) >= len(held) and prompt[: len(held)] == held:
-            current.add_rendered(prompt[len(held) :])
+        if current is not None and _extends(current, prompt, images):
+            held = len(current.token_ids)
+            current.add_rendered(prompt[held:], images[len(current.images) :])
         else:
-            current = Trajectory(prompt)
+            current = Trajectory(prompt, images=images)
             samples.append(current)
         current.add_sampled(
             list(call.response_ids), list(call.log_probs), list(call.weight_versions)
@@ -67,3 +72,13 @@ def calls_to_samples(calls: Iterable[RecordedCall]) -> list[Trajectory]:
     for sample in samples:
         sample.drop_trailing_rendered()
     return [sample for sample in samples if sample.sampled_count]
+
+
+def _extends(sample: Trajectory, prompt: list[int], images: list[str]) -> bool:
+    """Whether a call with ``prompt`` and ``images`` continues ``sample``: its tokens and its
+    images start with the sample's."""
+    held = sample.token_ids
+    count = len(sample.images)
+    return (
+        prompt[: len(held)] == held and len(prompt) >= len(held) and images[:count] == sample.images
+    )

@@ -141,7 +141,7 @@ class Session:
             for k, call in enumerate(self.calls)
         ]
 
-    def record(self, prompt: list[int], out: TokenOut) -> None:
+    def record(self, prompt: list[int], out: TokenOut, images: list[str] | None = None) -> None:
         held = self.held
         if not (held and len(prompt) >= len(held) and prompt[: len(held)] == held):
             self.held_prompt = len(prompt)  # a new sample starts at this call
@@ -152,6 +152,7 @@ class Session:
                 tuple(out.token_ids),
                 tuple(out.log_probs),
                 tuple(out.weight_versions),
+                images=tuple(images or ()),
             )
         )
 

@@ -30,23 +30,16 @@ def load_run_prompts(
     return train, val[: data.val_max_prompts]
 
 
-def check_images_reach_the_engine(prompts: list[RLPrompt], engine: str, agent: object) -> None:
-    """Prompts with images need an engine that takes them, and no outside agent
-    (``rollout.agent.run``: its calls cannot carry images yet); an environment's episodes take
-    them (``ascent.agents.images``). Refused before any worker starts, not at the first
-    generation."""
+def check_images_reach_the_engine(prompts: list[RLPrompt], engine: str) -> None:
+    """Prompts with images need an engine that takes them (an environment's episodes and an
+    outside agent's calls take them: ``ascent.agents.images``, ``ascent.gateway``). Refused
+    before any worker starts, not at the first generation."""
     if not any(p.images for p in prompts):
         return
     if Capability.IMAGES not in engine_capabilities(engine):
         raise CannotStart(
             f"the prompts hold images, which rollout.engine={engine} cannot generate from: "
             f"use rollout.engine={' or '.join(engines_with(Capability.IMAGES))}"
-        )
-    if getattr(agent, "run", None) is not None:
-        raise CannotStart(
-            "the prompts hold images, which an outside agent's episodes (rollout.agent.run) "
-            "do not take yet: play them in an environment (rollout.agent.environment) or "
-            "train on single-turn prompts"
         )
 
 

@@ -50,9 +50,7 @@ class RLRun:
         train, self.val_prompts = load_run_prompts(
             config.data, self.tokenizer, self.rows.prompt_check(), config.model
         )
-        check_images_reach_the_engine(
-            [*train, *self.val_prompts], config.rollout.engine, config.rollout.agent
-        )
+        check_images_reach_the_engine([*train, *self.val_prompts], config.rollout.engine)
         if self.rows.needs_scorer(config.reward.function):
             check_sources_are_scored([*train, *self.val_prompts], config.reward.function)
         self.run_dir = make_run_dir(cfg.run_dir)

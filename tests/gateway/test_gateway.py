@@ -8,21 +8,9 @@ import pytest
 
 from ascent.gateway.samples import calls_to_samples
 from ascent.rollout import SamplingParams
+from tests.gateway.agents import ADD
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two integers.",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    }
-]
+TOOLS = [ADD]
 RUN_SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=64, seed=0)
 
 

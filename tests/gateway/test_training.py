@@ -5,9 +5,6 @@ to the engine's), and the agent's rewards reach the tokens: the episode's on the
 call's on that call's last sampled token."""
 
 import json
-import os
-import signal
-import time
 
 import pytest
 import torch
@@ -18,7 +15,7 @@ from ascent.trainer.rl.loop import train_rl
 from ascent.trainer.rl.plan import make_plan
 from tests.gateway.agents import FIRST_CALL_REWARD, row_reward
 from tests.trainer.rl_setup import config, metric
-from tests.trainer.test_async_rl import trained
+from tests.trainer.test_async_rl import killed_after, trained
 from tests.trainer.test_interruptions import start
 from tests.trainer.test_rl_trainer import assert_learned
 
@@ -181,15 +178,7 @@ def test_an_outside_agent_run_killed_with_sigkill_resumes_onto_the_same_rows(
     run_dir = tmp_path / "killed"
     config_file = tmp_path / "killed.yaml"
     dump_config(config(tiny_model, prompts, run_dir, *steps), config_file)
-    process = start(config_file)
-    checkpoint = run_dir / "checkpoints" / "step_00000004"
-    deadline = time.monotonic() + 180
-    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    os.kill(process.pid, signal.SIGKILL)
-    process.communicate(timeout=60)
-    assert process.returncode == -signal.SIGKILL, "the run ended before the kill"
-    latest = max((run_dir / "checkpoints").glob("step_*"))
+    latest = killed_after(config_file, run_dir / "checkpoints" / "step_00000004")
     killed_at = int(latest.name.removeprefix("step_"))
     assert 4 <= killed_at < 12
     assert (latest / "rollouts_ahead").is_dir(), "the checkpoint holds the rows in flight"

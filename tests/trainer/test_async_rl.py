@@ -29,6 +29,19 @@ def learns_async(model, prompts, run_dir, *overrides):
     assert len(lags) == 30 and lags[0] == 0 and max(lags) <= 1
 
 
+def killed_after(config_file, checkpoint):
+    """Run ``ascent train config_file`` and SIGKILL it once ``checkpoint`` exists; the newest
+    checkpoint it left."""
+    process = start(config_file)
+    deadline = time.monotonic() + 180
+    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGKILL)
+    process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGKILL, "the run ended before the kill"
+    return max(checkpoint.parent.glob("step_*"))
+
+
 def trained(run_dir):
     """[(step, [prompt ids])] from the run's trained_prompts.jsonl."""
     lines = (run_dir / "trained_prompts.jsonl").read_text().splitlines()
@@ -128,15 +141,7 @@ def test_an_async_run_killed_with_sigkill_resumes_onto_the_same_prompts(
     config_file = tmp_path / "killed.yaml"
     dump_config(config(tiny_model, prompts, run_dir, *steps), config_file)
 
-    process = start(config_file)
-    checkpoint = run_dir / "checkpoints" / "step_00000008"
-    deadline = time.monotonic() + 180
-    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    os.kill(process.pid, signal.SIGKILL)
-    process.communicate(timeout=60)
-    assert process.returncode == -signal.SIGKILL, "the run ended before the kill"
-    latest = max((run_dir / "checkpoints").glob("step_*"))
+    latest = killed_after(config_file, run_dir / "checkpoints" / "step_00000008")
     killed_at = int(latest.name.removeprefix("step_"))
     assert 8 <= killed_at < 24
     ahead = sorted(p.name for p in (latest / "rollouts_ahead").iterdir())

@@ -45,6 +45,17 @@ EVERY_METRIC = {
     "agent/end/answer": 0.9,
 }
 
+# Validation with 4 sampled answers per prompt (trainer.val_samples_per_prompt=4).
+SAMPLED_VALIDATION = {
+    "val/digits/acc": 0.3,
+    "val/digits/score": 0.35,
+    "val/digits/mean@1": 0.3,
+    "val/digits/pass@1": 0.3,
+    "val/digits/pass@4": 0.6,
+    "val/digits/maj@4": 0.35,
+    "val/pass@4": 0.6,
+}
+
 
 def rl_config(run_dir, *overrides):
     """The resolved config of an RL run (the model and data paths are never opened)."""
@@ -86,11 +97,16 @@ def write_generations(run_dir, steps=STEPS, per_step=4, prompt="say abcd"):
 
 def full_run(run_dir):
     """An async agent RL run that logged every metric the report plots, a little noisy."""
-    rl_config(run_dir, "trainer.mode=async", "rollout.agent.tools=[tests.x:multiply]")
+    rl_config(
+        run_dir,
+        "trainer.mode=async",
+        "rollout.agent.tools=[tests.x:multiply]",
+        "trainer.val_samples_per_prompt=4",
+    )
     log_steps(
         run_dir,
         lambda step: {k: v * (1 + 0.1 * step + 0.05 * (step % 2)) for k, v in EVERY_METRIC.items()},
-        validation={"val/digits/acc": 0.3, "val/digits/score": 0.35},
+        validation=SAMPLED_VALIDATION,
     )
     write_generations(run_dir, prompt="say <script>alert('x')</script> & more")
     return run_dir

@@ -75,6 +75,16 @@ def test_an_async_run_without_staleness_is_told(tmp_path):
     assert "Not recorded: Staleness (async): none of async/staleness_mean" in page
 
 
+def test_sampled_validation_without_its_metrics_is_told(tmp_path):
+    """trainer.val_samples_per_prompt > 1 should log the @k metrics beside acc."""
+    run_dir = tmp_path / "run"
+    rl_config(run_dir, "data.val_files=[/data/val.jsonl]", "trainer.val_samples_per_prompt=4")
+    log_steps(run_dir, lambda step: {"critic/score/mean": 0.5}, validation={"val/d/acc": 0.3})
+    page = write_report(run_dir).read_text()
+    assert "Not recorded: Validation at k samples: none of val/&lt;source&gt;/pass@k" in page
+    assert "Not recorded: Validation:" not in page
+
+
 def test_a_supervised_run(tmp_path):
     """SFT: loss, gradient norm, held-out loss and timings; no RL panel is missed."""
     run_dir = tmp_path / "sft"

@@ -57,3 +57,12 @@ def digit_turns(data_source, solution_str, ground_truth, extra_info):
     first letter or digit (so a turn holds at most one digit, and the rendered user turns
     none): 0, 1/3, 2/3 or 1."""
     return min(1.0, sum(c.isdigit() for c in solution_str) / 3)
+
+
+def with_answer(data_source, solution_str, ground_truth, extra_info):
+    """verl's math form: the extracted answer as ``pred`` (here the first character), or none
+    when the ground truth says so."""
+    if ground_truth == "no answer":
+        return {"score": 0.0, "acc": 0.0}
+    pred = solution_str[:1]
+    return {"score": float(pred == ground_truth), "acc": float(pred == ground_truth), "pred": pred}

@@ -69,6 +69,23 @@ def test_failures_score_zero_are_counted_and_reported_once(tokenizer, workers, c
     assert printed.count("the scorer failed") == 1 and "ValueError: scorer bug" in printed
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_scorers_extracted_answers_become_the_answers_field(tokenizer, workers):
+    """``pred`` strings (validation's maj@k votes on them) are kept beside the numbers; a row
+    without one has None, and a batch without any still has the field."""
+    config = RewardConfig(function="tests.rewards.scorers:with_answer", workers=workers)
+    manager = RewardManager(config, tokenizer)
+    try:
+        truths, responses = ["a", "no answer", "x"], ["abc", "abc", "xyz"]
+        batch, _ = manager.score(scored_batch(tokenizer, truths, responses))
+        unanswered, _ = manager.score(scored_batch(tokenizer, ["no answer"]))
+    finally:
+        manager.close()
+    assert batch["answers"] == ["a", None, "x"] and batch["acc"].tolist() == [1.0, 0.0, 1.0]
+    assert "reward_extra/pred" not in batch
+    assert unanswered["answers"] == [None]
+
+
 def test_a_user_scorer_from_a_file(tokenizer, tmp_path):
     scorer = tmp_path / "my_reward.py"
     scorer.write_text(

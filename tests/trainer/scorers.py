@@ -16,3 +16,11 @@ def always_wrong(data_source, solution_str, ground_truth, extra_info):
 
 def always_raises(data_source, solution_str, ground_truth, extra_info):
     raise ValueError("this scorer is broken")
+
+
+def first_digit(data_source, solution_str, ground_truth, extra_info):
+    """verl's math form with an extracted answer: ``pred`` is the response's first digit
+    (right), or "[INVALID]" without one (wrong), so validation's maj@k votes on digits."""
+    pred = next((c for c in solution_str if c.isdigit()), "[INVALID]")
+    correct = float(pred != "[INVALID]")
+    return {"score": correct, "acc": correct, "pred": pred}

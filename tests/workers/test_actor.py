@@ -132,6 +132,24 @@ def test_kl_loss_entropy_bonus_and_rollout_correction_are_applied(tiny_model):
     assert metrics["actor/rollout_mismatch_k3"] > 0
 
 
+def test_rejection_applies_when_anchored_at_the_rollout(tiny_model):
+    """Anchored at the rollout the ratio is the importance weight (truncation is dropped), but
+    masking and rejection still drop samples: every sequence past the bound leaves the loss,
+    and with no KL or entropy term the loss has no gradient."""
+    batch = rl_batch(rows=8, seed=7)
+    with in_process(ActorWorker, config(tiny_model)) as actor:
+        old = actor.log_probs(batch)["old_log_probs"]
+    noise = 0.3 * torch.randn(old.shape, generator=torch.Generator().manual_seed(1))
+    batch = batch.assign(old_log_probs=old, rollout_log_probs=old + noise)
+    settings = {"anchor": "rollout", "mode": "reject_max_abs", "reject_above": 1e-3}
+    _, metrics = updated_weights(tiny_model, batch, rollout_correction=settings)
+    assert metrics["actor/rollout_masked_seq_frac"] == metrics["actor/rollout_masked_frac"] == 1
+    assert metrics["actor/pg_loss"] == 0 and metrics["actor/grad_norm"] == 0
+    truncate = {"anchor": "rollout", "mode": "truncate", "upper": 1.01}
+    _, metrics = updated_weights(tiny_model, batch, rollout_correction=truncate)
+    assert metrics["actor/rollout_truncated_frac"] == 0 and metrics["actor/grad_norm"] > 0
+
+
 def test_full_weights_load_into_a_plain_transformers_model(tiny_model, tmp_path):
     batch = rl_batch(rows=8, seed=6)
     with in_process(ActorWorker, config(tiny_model)) as actor:

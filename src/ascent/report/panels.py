@@ -10,6 +10,7 @@ staleness (``async/*``: ``ascent.trainer.rl.ahead``) and agent episodes (``agent
 have and has none of is listed as not recorded.
 """
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,6 +19,8 @@ from ascent.report.reading import Run
 # val/<source>/<name> fields that are rates or scores (one axis); the rest (loss, margin,
 # scorer failures) go to a second validation panel.
 VALIDATION_SCORES = ("acc", "accuracy", "score", "model_score", "judge_score", "used_tools")
+# val/<source>/mean@k, pass@k, maj@k and val/pass@k (all sources): sampled validation.
+AT_K = re.compile(r"(mean|pass|maj)@\d+")
 
 
 def _rl(run: Run) -> bool:
@@ -43,6 +46,10 @@ def _agent(run: Run) -> bool:
 def _validated(run: Run) -> bool:
     scheduled = run.setting("trainer.val_every", 1) != 0 or run.setting("trainer.val_at_start")
     return bool(_rl(run) and scheduled and run.setting("data.val_files", ["unknown"]))
+
+
+def _sampled_validation(run: Run) -> bool:
+    return _validated(run) and run.setting("trainer.val_samples_per_prompt", 1) > 1
 
 
 @dataclass(frozen=True)
@@ -76,8 +83,12 @@ def _validation_score(key: str) -> bool:
     return key.startswith("val/") and key.rsplit("/", 1)[-1] in VALIDATION_SCORES
 
 
+def _validation_at_k(key: str) -> bool:
+    return key.startswith("val/") and AT_K.fullmatch(key.rsplit("/", 1)[-1]) is not None
+
+
 def _validation_other(key: str) -> bool:
-    return key.startswith("val/") and not _validation_score(key)
+    return key.startswith("val/") and not _validation_score(key) and not _validation_at_k(key)
 
 
 PANELS = (
@@ -108,12 +119,26 @@ PANELS = (
     Panel(
         "validation",
         "Validation",
-        "Greedy answers to the held-out prompts, per data source (val/<source>/acc, /score).",
+        "Answers to the held-out prompts, per data source (val/<source>/acc, /score): one "
+        "greedy answer each, or the mean over trainer.val_samples_per_prompt sampled ones "
+        "(with /greedy/* beside them under trainer.val_greedy).",
         match=_validation_score,
         family="val/<source>/acc or /score",
         expected=_validated,
         missing="validation is scheduled (trainer.val_every, data.val_files) but the run "
         "stopped before its first",
+    ),
+    Panel(
+        "validation_at_k",
+        "Validation at k samples",
+        "Over n sampled answers per held-out prompt, exact expectations over k of them: "
+        "mean@k (mean accuracy), pass@k (any right; the best accuracy), maj@k (the most "
+        "common answer's accuracy); per data source and over all prompts (val/pass@k).",
+        match=_validation_at_k,
+        family="val/<source>/pass@k, mean@k or maj@k",
+        ylabel="share",
+        expected=_sampled_validation,
+        missing="trainer.val_samples_per_prompt > 1 logs them at each validation",
     ),
     Panel(
         "validation_other",

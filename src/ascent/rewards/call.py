@@ -22,15 +22,19 @@ def scoring_function(spec: str | None) -> Callable[[str, str, Any, Any], Any]:
 
 def score_sample(
     spec: str | None, data_source: str, solution: str, ground_truth: Any, extra_info: Any
-) -> tuple[float, dict[str, float]]:
-    """(score, extras) of one sample; raises on a result that is not a number."""
+) -> tuple[float, dict[str, float | str]]:
+    """(score, extras) of one sample; raises on a result that is not a number. Extras: a
+    dict result's other numbers, and its ``pred`` when a string (the extracted answer, as
+    verl's math scorers report it; validation's maj@k votes on it)."""
     result = scoring_function(spec)(data_source, solution, ground_truth, extra_info)
-    extras: dict[str, float] = {}
+    extras: dict[str, float | str] = {}
     if isinstance(result, dict):
         if "score" not in result:
             raise ValueError(f"a dict reward needs a 'score' key; got keys {sorted(result)}")
         numeric = {k: as_number(v) for k, v in result.items() if k != "score"}
         extras = {k: v for k, v in numeric.items() if v is not None}
+        if isinstance(result.get("pred"), str):
+            extras["pred"] = result["pred"]
         result = result["score"]
     score = as_number(result)
     if score is None:

@@ -84,7 +84,8 @@ class RewardManager:
 
     def score(self, batch: Batch, texts: list[str] | None = None) -> tuple[Batch, dict[str, float]]:
         """Adds ``scores`` and ``acc`` (B,), ``token_rewards`` (B, R) (the score on the last
-        response token) and ``reward_extra/<key>`` (B,) fields; returns the counts.
+        response token), ``reward_extra/<key>`` (B,) fields, and ``answers`` (a list: the
+        scorer's ``pred`` string of each row, or None); returns the counts.
         ``texts``: the responses as ``response_texts`` decodes them, when already decoded."""
         if texts is None:
             texts = response_texts(batch, self.tokenizer)
@@ -157,10 +158,12 @@ class RewardManager:
     def _as_fields(self, batch: Batch, scores: list[float], extras: list[dict]) -> Batch:
         score_tensor = torch.tensor(scores, dtype=torch.float32)
         on_tokens = token_rewards(batch, score_tensor)
-        keys = sorted({k for extra in extras for k in extra})
+        keys = sorted({k for extra in extras for k in extra} - {"pred"})
         fields = {
             f"reward_extra/{k}": torch.tensor([e.get(k, math.nan) for e in extras]) for k in keys
         }
+        # Always a field, so that batches scored apart (refill rounds) keep one set of keys.
+        fields["answers"] = [extra.get("pred") for extra in extras]
         accuracy = fields.get("reward_extra/acc", score_tensor)
         return batch.assign(
             scores=score_tensor, token_rewards=on_tokens, acc=accuracy.nan_to_num(0.0), **fields

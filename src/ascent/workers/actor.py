@@ -122,15 +122,19 @@ class ActorWorker(EngineCheckpoints, Worker):
         metrics: dict = {}
         weights = None
         if behaviour is not None:
-            mode = "none" if anchored else cfg.rollout_correction.mode or "none"
+            settings = cfg.rollout_correction
+            # Anchored, the ratio already weights; masking and rejection still drop samples.
+            mode = settings.mode or "none"
+            mode = "none" if anchored and mode == "truncate" else mode
             correction = rollout_correction(
                 old,
                 behaviour,
                 mask,
-                level=cfg.rollout_correction.level,
+                level=settings.level,
                 mode=mode,
-                lower=cfg.rollout_correction.lower,
-                upper=cfg.rollout_correction.upper,
+                lower=settings.lower,
+                upper=settings.upper,
+                reject_above=settings.reject_above,
             )
             weights = correction.weights if mode != "none" else None
             metrics |= {f"rollout_{k}": v for k, v in correction.metrics.items()}

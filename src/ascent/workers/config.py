@@ -2,8 +2,9 @@
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from ascent.algos.rollout_correction import REJECT_MODES, Level, Mode
 from ascent.algos.types import AggregationMode
 from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, Strict
 
@@ -32,21 +33,44 @@ class PolicyLossSettings(Strict):
 class RolloutCorrectionSettings(Strict):
     """Importance weights for the rollout engine's log-probs differing from the trainer's."""
 
-    mode: Literal["none", "truncate", "mask"] | None = Field(
+    mode: Mode | None = Field(
         None,
-        description="truncate (TIS), mask (MIS/IcePop), or none (metrics only); None: "
-        "truncate when trainer.mode is one_step_off or async (stale rollouts), else none.",
+        description="truncate (TIS), mask (MIS/IcePop; geometric-mean rejection at level "
+        "geometric), reject_k1, reject_k3 or reject_max_abs (drop each sequence whose mean "
+        "k1, mean k3 or largest absolute log-ratio exceeds reject_above; "
+        "ascent.algos.rollout_correction), or none (metrics only); None: truncate when "
+        "trainer.mode is one_step_off or async (stale rollouts), else none.",
     )
-    level: Literal["token", "sequence"] = Field("token", description="Ratio per token or sequence.")
+    level: Level = Field(
+        "token",
+        description="Ratio per token, per sequence (the product), or geometric (per "
+        "sequence, the geometric mean of its token ratios).",
+    )
     anchor: Literal["trainer", "rollout"] | None = Field(
         None,
         description="What the policy ratio is taken against: trainer (old log-probs "
         "recomputed or the update's own; rollout weights by mode) or rollout (the log-probs "
-        "of the weights that sampled: the clip bounds the move from them, no separate "
-        "weights). None: rollout when trainer.mode is one_step_off or async, else trainer.",
+        "of the weights that sampled: the clip bounds the move from them, no truncation "
+        "weights; mask and reject_* modes still drop samples). None: rollout when "
+        "trainer.mode is one_step_off or async, else trainer.",
     )
     lower: float = Field(0.5, gt=0, description="Lower ratio bound for mode 'mask'.")
     upper: float = Field(2.0, gt=0, description="Upper bound: truncation or masking.")
+    reject_above: float | None = Field(
+        None,
+        gt=0,
+        description="Threshold of the reject_* modes (needed with them), in nats for k1 "
+        "and k3, an absolute log-ratio for max_abs.",
+    )
+
+    @model_validator(mode="after")
+    def _reject_needs_a_threshold(self) -> "RolloutCorrectionSettings":
+        if self.mode in REJECT_MODES and self.reject_above is None:
+            raise ValueError(
+                f"rollout_correction.mode={self.mode} drops sequences above a threshold: "
+                "set rollout_correction.reject_above (e.g. 0.01)"
+            )
+        return self
 
 
 class MicroBatching(Strict):

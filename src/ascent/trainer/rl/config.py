@@ -6,6 +6,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ascent.agents.config import AGENT_HELP, AgentConfig
+from ascent.algos.pass_at_k import MAX_SAMPLES
 from ascent.algos.types import AggregationMode
 from ascent.data.rl import RLDataConfig
 from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, Strict
@@ -192,6 +193,30 @@ class RLTrainerSettings(RunSettings):
     epochs: int = Field(1, ge=1, description="Passes over the prompts when total_steps is None.")
     val_every: int = Field(10, ge=0, description="Validate every N steps (0: never).")
     val_at_start: bool = Field(True, description="Validate before the first step.")
+    val_samples_per_prompt: int = Field(
+        1,
+        ge=1,
+        le=MAX_SAMPLES,
+        description="Answers per validation prompt. 1: val/<source>/acc and /score of one "
+        "(greedy) answer; more: their means over all answers, and mean@k, pass@k and maj@k "
+        "(ascent.algos.pass_at_k) per source and overall (val/pass@k).",
+    )
+    val_temperature: float | None = Field(
+        None,
+        ge=0,
+        description="Validation temperature (0: greedy); None: greedy for one answer per "
+        "prompt, rollout.temperature (with its top_p and top_k) for more.",
+    )
+    val_k: list[int] | None = Field(
+        None,
+        description="The k of the @k metrics, each from 1 to val_samples_per_prompt; None: "
+        "1, 2, 4, ... below it, and it.",
+    )
+    val_greedy: bool = Field(
+        False,
+        description="Also one greedy answer per prompt when validation samples: "
+        "val/<source>/greedy/acc and /greedy/score.",
+    )
     max_consecutive_nonfinite: int = Field(
         3,
         ge=0,

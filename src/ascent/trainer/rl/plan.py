@@ -22,6 +22,7 @@ from ascent.trainer.rl.plan_checks import (
     check_sequence_parallel,
 )
 from ascent.trainer.rl.presets import PRESETS, Preset
+from ascent.trainer.rl.validation import ValSampling, val_sampling
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Plan:
     actor_mini_batches: int
     critic_mini_batches: int
     prm_mini_batches: int
+    validation: ValSampling
 
     def describe(self, config: RLConfig) -> str:
         """The step plan, printed at start."""
@@ -108,6 +110,8 @@ class Plan:
                 f"  implicit PRM: beta {p.beta}, trained {p.update} scoring, "
                 f"{p.epochs_per_step} epoch(s) x {self.prm_mini_batches} optimiser step(s)"
             )
+        if self.validation.n > 1 or self.validation.temperature > 0:
+            lines.append(self.validation.describe())
         return "\n".join(lines)
 
 
@@ -160,6 +164,7 @@ def make_plan(config: RLConfig) -> Plan:
         prm_mini_batches=_mini_batches(
             config, "implicit_prm", config.implicit_prm.prompts_per_update
         ),
+        validation=val_sampling(config),
     )
 
 

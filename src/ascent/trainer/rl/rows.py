@@ -33,9 +33,11 @@ class SampleRows:
         return batch
 
     def score_validation(self, batch: Batch, prompts: int, rewards: Any) -> tuple[Batch, dict]:
-        """The scored rows of the first ``prompts`` prompts (the rest pad the batch to the
-        ranks) and the scorers' failure counts."""
-        return self.score(batch.index(slice(0, prompts)), rewards)
+        """The scored rows (every sample) of the first ``prompts`` prompts (the rest pad
+        the batch to the ranks) and the scorers' failure counts."""
+        real = {f"val-{i}" for i in range(prompts)}  # prompts_batch's uids
+        rows = [row for row, uid in enumerate(batch["uid"]) if uid in real]
+        return self.score(batch.index(rows), rewards)
 
     def validation_metrics(self, scored: Batch) -> dict[str, float]:
         return {}

@@ -32,7 +32,7 @@ from ascent.trainer.rl.roles import spawn_roles
 from ascent.trainer.rl.rows import row_kind
 from ascent.trainer.rl.sources import Scoring, rollout_source
 from ascent.trainer.rl.timing import StageTimes
-from ascent.trainer.rl.validation import validate
+from ascent.trainer.rl.validation import Validation
 from ascent.trainer.run_dir import make_run_dir, start_run
 
 
@@ -96,6 +96,14 @@ class RLRun:
         self.implicit_prm = self.groups.get("implicit_prm")
         rm = self.groups.get("reward_model")
         self.rewards = RunRewards(function_rewards, config.reward_model, self.tokenizer, rm, judge)
+        self.validation = Validation(
+            self.plan.validation,
+            self.rollout,
+            self.rewards,
+            self.rows,
+            self.val_prompts,
+            self.pad_id,
+        )
         write_processes(self.run_dir / "processes.json", self.groups)
         resumed = self.begin.records_up_to
         self.records = StepRecords(self.run_dir, self.tokenizer, cfg.log_generations, resumed)
@@ -134,8 +142,8 @@ class RLRun:
             sync_weights(self.actor, self.rollout, self.weight_version, bucket_bytes)
 
     def validate(self) -> dict[str, float]:
-        """Greedy answers to the validation prompts, scored (``validation.py``)."""
-        return validate(self.rollout, self.rewards, self.rows, self.val_prompts, self.pad_id)
+        """Answers to the validation prompts, scored (``validation.py``)."""
+        return self.validation()
 
     def log(self, step: int, batch: Batch, metrics: dict[str, float], printer: object) -> None:
         if "actor/rollout_mismatch_k3" in metrics:  # rollout vs trainer log-probs, verl's name

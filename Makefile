@@ -92,7 +92,7 @@ real-model: $(REAL_STAMP)
 test: $(STAMP) $(REAL_STAMP) lint docs browser
 	$(BIN)/python -m pytest -m "not gpu and not slow" $(PYTEST_ARGS)
 
-# The slow tests (about 20 minutes): the quickstart's learning run, vLLM, Ray rollouts, the
+# The slow tests (about 25-40 minutes): the quickstart's learning run, vLLM, Ray rollouts, the
 # real model over two ranks, kills and signals. CI runs them after `make test`.
 test-slow: $(STAMP) $(VLLM_STAMP) $(LMEVAL_STAMP) $(HUBS_STAMP) $(REAL_STAMP)
 	$(BIN)/python -m pytest -m "slow and not gpu" $(PYTEST_ARGS)

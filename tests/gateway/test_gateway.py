@@ -3,6 +3,7 @@
 tokens as the engine read and sampled them, samples as the run says (not as the agent asks),
 and refuses a stale URL and calls past the budget with errors the client raises."""
 
+import httpx
 import openai
 import pytest
 
@@ -80,3 +81,28 @@ def test_a_stale_url_and_a_spent_budget_are_errors_the_client_raises(gateway):
         client(gateway, gateway.sessions.open({}, RUN_SAMPLING, 1)).chat.completions.create(
             n=2, **ask
         )
+
+
+def test_reward_reports_are_kept_and_bad_ones_name_their_field(gateway):
+    session = gateway.sessions.open({}, RUN_SAMPLING, max_calls=2)
+    url = f"{gateway.base_url(session)}/reward"
+    ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    client(gateway, session).chat.completions.create(**ask)
+    bad = [  # (the body as sent, the field its 400 names)
+        (b"not json", None),
+        (b'{"score": 1.0}', "reward"),
+        (b'{"reward": "1"}', "reward"),
+        (b'{"reward": Infinity}', "reward"),
+        (b'{"reward": 1.0, "call": 1}', "call"),  # only call 0 has finished
+        (b'{"reward": 1.0, "call": true}', "call"),
+    ]
+    for body, field in bad:
+        answer = httpx.post(url, content=body, headers={"content-type": "application/json"})
+        assert answer.status_code == 400, body
+        assert answer.json()["error"]["param"] == field, answer.json()
+    assert httpx.post(url, json={"reward": 0.5, "call": "last"}).json() == {"ok": True}
+    assert httpx.post(url, json={"reward": 2}).json() == {"ok": True}
+    closed = gateway.sessions.close(session)
+    assert (closed.reward, closed.call_rewards) == (2.0, {0: 0.5})
+    assert [call.reward for call in closed.recorded_calls()] == [0.5]
+    assert httpx.post(url, json={"reward": 1.0}).status_code == 404  # the episode is over

@@ -23,9 +23,9 @@ the next turn's prompt.
 
 import asyncio
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ascent.agents.conversation import Conversation, DriftMode
 from ascent.agents.environment import Environment, Step
@@ -37,7 +37,7 @@ from ascent.rollout.types import SamplingParams
 # error, timeout: an outside agent's (``ascent.gateway``) raised, or ran past its time;
 # image_token: a turn sampled the image token, which no turn may follow (module docstring)
 EpisodeEnd = Literal["done", "max_turns", "length", "abort", "error", "timeout", "image_token"]
-EPISODE_ENDS = ("done", "max_turns", "length", "abort", "error", "timeout", "image_token")
+EPISODE_ENDS: tuple[str, ...] = get_args(EpisodeEnd)
 TRUNCATED = "\n[... cut: the tool's output was longer than the limit]"
 
 
@@ -159,15 +159,24 @@ async def run_episodes(
 ) -> list[Episode]:
     """``sampling.n`` episodes of every row, all at once; ordered by row, then sample. With a
     seed, episode k (of all) seeds its turns from seed + 1000 * k."""
-    jobs = []
+    jobs = [
+        run_episode(backend, tokenizer, make_environment(row), row, params, limits, images)
+        for row, params in episode_samplings(rows, sampling)
+    ]
+    return list(await asyncio.gather(*jobs))
+
+
+def episode_samplings(
+    rows: list[dict], sampling: SamplingParams
+) -> Iterator[tuple[dict, SamplingParams]]:
+    """(row, its episode's sampling) for ``sampling.n`` episodes of every row, ordered by
+    row, then sample; each samples one answer, and with a seed, episode k (of all) seeds
+    from seed + 1000 * k (its turns from there on)."""
     for index, row in enumerate(rows):
         for sample in range(sampling.n):
             k = index * sampling.n + sample
             seed = None if sampling.seed is None else sampling.seed + 1000 * k
-            params = sampling.model_copy(update={"seed": seed})
-            environment = make_environment(row)
-            jobs.append(run_episode(backend, tokenizer, environment, row, params, limits, images))
-    return list(await asyncio.gather(*jobs))
+            yield row, sampling.model_copy(update={"seed": seed, "n": 1})
 
 
 def _cut(observations: list[dict], tokenizer: Any, limits: AgentLimits) -> list[dict]:

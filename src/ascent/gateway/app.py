@@ -26,6 +26,7 @@ from fastapi import FastAPI, Request
 from ascent.errors import InputError
 from ascent.gateway.continuation import Turn
 from ascent.gateway.sessions import (
+    BadReport,
     CallBudgetSpent,
     ContextSpent,
     Session,
@@ -71,8 +72,9 @@ class RecordingServed(Served):
         body.unsupported()
 
     def check_prompt(self, prompt: list[int], sampling: object, field: str = "prompt") -> None:
+        sampling = self._sampling(prompt, sampling)  # no room: counted as the end there
         try:
-            super().check_prompt(prompt, self._sampling(prompt, sampling), field)
+            super().check_prompt(prompt, sampling, field)
         except RequestError:
             self.session.errors.append("length")  # past the context: the episode's end
             raise
@@ -149,9 +151,8 @@ def build_gateway_app(
             raise RequestError('the body must be {"reward": number, "call"?: ...}', "reward")
         try:
             served(session).session.report(body["reward"], body.get("call"))
-        except ValueError as bad:
-            field = "call" if "'call'" in str(bad) else "reward"
-            raise RequestError(str(bad), field) from None
+        except BadReport as bad:
+            raise RequestError(str(bad), bad.field) from None
         return {"ok": True}
 
     app.get("/s/{session}/v1/models")(models)

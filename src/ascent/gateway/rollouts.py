@@ -22,7 +22,7 @@ import torch
 
 from ascent.agents.config import AgentConfig
 from ascent.agents.episodes import episodes_batch
-from ascent.agents.loop import Episode
+from ascent.agents.loop import Episode, episode_samplings
 from ascent.agents.rollouts import episode_rows
 from ascent.agents.trajectory import Trajectory
 from ascent.batch import Batch
@@ -77,16 +77,13 @@ class OutsideRollouts:
         self.backend.submit_coroutine(tag, self.play(batch, params))
 
     async def play(self, batch: Batch, params: SamplingParams) -> list[OutsideEpisode]:
-        """``params.n`` episodes of every row, all at once; ordered by row, then sample. With a
-        seed, episode k (of all) seeds its calls from seed + 1000 * k."""
+        """``params.n`` episodes of every row, all at once; ordered by row, then sample, and
+        seeded as the in-process loop seeds its episodes (``episode_samplings``)."""
         gateway = self._gateway()
-        jobs = []
-        for index, row in enumerate(episode_rows(batch)):
-            for sample in range(params.n):
-                k = index * params.n + sample
-                seed = None if params.seed is None else params.seed + 1000 * k
-                sampling = params.model_copy(update={"seed": seed, "n": 1})
-                jobs.append(play_outside_episode(gateway, self.agent, row, sampling, self.limits))
+        jobs = [
+            play_outside_episode(gateway, self.agent, row, sampling, self.limits)
+            for row, sampling in episode_samplings(episode_rows(batch), params)
+        ]
         return list(await asyncio.gather(*jobs))
 
     def collect(self, batch: Batch, outside: list[OutsideEpisode], params: SamplingParams) -> Batch:

@@ -74,11 +74,13 @@ def calls_to_samples(calls: Iterable[RecordedCall]) -> list[Trajectory]:
     return [sample for sample in samples if sample.sampled_count]
 
 
+def extends(held: list[int], prompt: list[int]) -> bool:
+    """Whether ``prompt`` starts with the tokens ``held`` (a sample's so far) and goes on."""
+    return len(prompt) >= len(held) and prompt[: len(held)] == held
+
+
 def _extends(sample: Trajectory, prompt: list[int], images: list[str]) -> bool:
     """Whether a call with ``prompt`` and ``images`` continues ``sample``: its tokens and its
     images start with the sample's."""
-    held = sample.token_ids
     count = len(sample.images)
-    return (
-        prompt[: len(held)] == held and len(prompt) >= len(held) and images[:count] == sample.images
-    )
+    return extends(sample.token_ids, prompt) and images[:count] == sample.images

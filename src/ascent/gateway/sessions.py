@@ -28,7 +28,7 @@ import threading
 from dataclasses import dataclass, field
 
 from ascent.gateway.continuation import ChatHistory
-from ascent.gateway.samples import RecordedCall
+from ascent.gateway.samples import RecordedCall, extends
 from ascent.rollout.protocol import TokenOut
 from ascent.rollout.types import SamplingParams
 
@@ -43,6 +43,14 @@ class CallBudgetSpent(RuntimeError):
 
 class ContextSpent(RuntimeError):
     """The sample a call would join has no room left for a response."""
+
+
+class BadReport(ValueError):
+    """A reward report's ``field`` (reward or call) holds what cannot be one."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass
@@ -82,10 +90,14 @@ class Session:
         """Response tokens left for a call with ``prompt``: the run's budget less what the
         sample it joins holds already (its whole budget when it starts a new one)."""
         budget = self.sampling.max_new_tokens
-        held = self.held
-        if held and len(prompt) >= len(held) and prompt[: len(held)] == held:
+        if self._joins(prompt):
             return budget - (len(prompt) - self.held_prompt)
         return budget
+
+    def _joins(self, prompt: list[int]) -> bool:
+        """Whether a call with ``prompt`` joins the held sample (there is one, and the
+        prompt extends its tokens)."""
+        return bool(self.held) and extends(self.held, prompt)
 
     def sampling_for(self, prompt: list[int], asked: SamplingParams) -> SamplingParams:
         """The run's way to sample, with the agent's stops and its length within the room
@@ -111,12 +123,12 @@ class Session:
 
     def report(self, reward: object, call: object = None) -> None:
         """The agent's reward: the episode's (``call`` None), or that of one of its calls
-        (``call``: its index from 0, or "last": the latest finished call). ValueError,
+        (``call``: its index from 0, or "last": the latest finished call). BadReport,
         naming the field, for what cannot be one."""
         if isinstance(reward, bool) or not isinstance(reward, int | float):
-            raise ValueError(f"'reward' must be a number, not {reward!r}")
+            raise BadReport("reward", f"'reward' must be a number, not {reward!r}")
         if not math.isfinite(reward):
-            raise ValueError(f"'reward' must be finite, not {reward!r}")
+            raise BadReport("reward", f"'reward' must be finite, not {reward!r}")
         if call is None:
             self.reward = float(reward)
             return
@@ -126,9 +138,10 @@ class Session:
             or not isinstance(index, int)
             or not 0 <= index < len(self.calls)
         ):
-            raise ValueError(
+            raise BadReport(
+                "call",
                 f"'call' must be 'last' or the index of a finished call (0 to "
-                f"{len(self.calls) - 1}), not {call!r}"
+                f"{len(self.calls) - 1}), not {call!r}",
             )
         self.call_rewards[index] = float(reward)
 
@@ -142,8 +155,7 @@ class Session:
         ]
 
     def record(self, prompt: list[int], out: TokenOut, images: list[str] | None = None) -> None:
-        held = self.held
-        if not (held and len(prompt) >= len(held) and prompt[: len(held)] == held):
+        if not self._joins(prompt):
             self.held_prompt = len(prompt)  # a new sample starts at this call
         self.held = [*prompt, *out.token_ids]
         self.calls.append(

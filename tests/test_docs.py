@@ -41,6 +41,7 @@ TIMEOUT_S = 180
 SLOW_PAGES = {
     "docs/concepts/controller.md",
     "docs/guides/agents-from-outside.md",
+    "docs/guides/distillation.md",
     "docs/guides/lora.md",
     "docs/guides/ppo-critic.md",
     "docs/guides/your-data-and-reward.md",

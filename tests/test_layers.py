@@ -17,7 +17,7 @@ LAYERS = [
     ["engine"],
     ["models", "data"],
     ["rollout"],  # the generation service: engines and backends
-    ["rewards"],  # scoring; where scores and turn rewards sit on tokens
+    ["rewards", "teacher"],  # scoring; where rewards sit on tokens; a teacher's log-probs
     ["agents", "serve"],  # on top of generation (episodes are scored by rewards)
     ["gateway"],  # outside agents: serve's routes per episode, calls recorded as samples
     ["workers"],  # the RL roles, the rollout role among them

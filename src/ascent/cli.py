@@ -24,18 +24,19 @@ def main(argv: list[str] | None = None) -> int:
     quickstart.add_argument("--seed", type=int, default=0)
     quickstart.add_argument(
         "--task",
-        choices=["addition", "moe", "tools", "vision", "smollm2"],
+        choices=["addition", "moe", "tools", "vision", "smollm2", "distill"],
         default="addition",
         help="addition: single-turn a+b; moe: the same on a tiny mixture of experts "
         "(Qwen3-MoE); tools: multi-turn a*b with a multiply tool; vision: a tiny Qwen2.5-VL "
         "names the colour in a picture; smollm2: GRPO on the real SmolLM2-135M-Instruct "
-        "(make real-model)",
+        "(make real-model); distill: the addition task taught by a teacher (on-policy "
+        "distillation) beside GRPO alone",
     )
     quickstart.add_argument("--out", help="output directory (runs/quickstart[-TASK])")
     quickstart.add_argument(
         "--steps",
         type=int,
-        help="GRPO steps (400 addition and moe, 100 tools, 200 vision, 30 smollm2)",
+        help="GRPO steps (400 addition and moe, 100 tools, 200 vision, 30 smollm2, 100 distill)",
     )
     quickstart.add_argument(
         "overrides", nargs="*", help="dotted overrides of the GRPO run, e.g. rollout.engine=vllm"
@@ -205,6 +206,11 @@ def _quickstart(args: argparse.Namespace) -> int:
         from ascent.quickstart.real import run_real_quickstart as run
 
         out, steps = args.out or "runs/quickstart-smollm2", args.steps or STEPS
+    elif args.task == "distill":
+        from ascent.quickstart.distill_run import STEPS
+        from ascent.quickstart.distill_run import run_distill_quickstart as run
+
+        out, steps = args.out or "runs/quickstart-distill", args.steps or STEPS
     elif args.task == "moe":
         from functools import partial
 

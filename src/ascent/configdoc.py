@@ -15,14 +15,22 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from ascent.agents.config import AgentConfig
+from ascent.data.curriculum import PassRateConfig
 from ascent.data.preference import PreferenceDataConfig
 from ascent.data.rl import RLDataConfig
 from ascent.data.sft import SFTDataConfig
-from ascent.engine.config import FSDPConfig, LoraSettings, ModelConfig, OptimConfig
+from ascent.engine.config import (
+    FSDPConfig,
+    LoraSettings,
+    LossScaleSettings,
+    ModelConfig,
+    OptimConfig,
+)
 from ascent.rewards.judge import JudgeConfig
 from ascent.rewards.manager import RewardConfig
 from ascent.rollout.config import ServerConfig
 from ascent.rollout.types import SamplingParams
+from ascent.teacher.endpoint import TeacherEndpointConfig
 from ascent.trainer.rl.config import (
     ActorSettings,
     AlgorithmSettings,
@@ -35,6 +43,7 @@ from ascent.trainer.rl.config import (
     RolloutSettings,
 )
 from ascent.trainer.rl.rewards import RewardModelSettings
+from ascent.trainer.rl.teacher import TeacherSettings
 from ascent.trainer.rm import RMConfig, RMTrainerSettings
 from ascent.trainer.settings import ResourcesConfig
 from ascent.trainer.sft import SFTConfig, SFTTrainerSettings
@@ -42,16 +51,19 @@ from ascent.trainer.tracking import TrackingConfig
 from ascent.workers.config import (
     ActorConfig,
     CriticConfig,
+    DistillLossSettings,
     ImplicitPRMConfig,
     PolicyLossSettings,
     ReferenceConfig,
     RolloutCorrectionSettings,
+    TeacherConfig,
 )
 from ascent.workers.rollout import RolloutConfig
 
 DOCUMENTED: list[type[BaseModel]] = [
     RLConfig,
     RLDataConfig,
+    PassRateConfig,
     RolloutSettings,
     ActorSettings,
     CriticSettings,
@@ -62,6 +74,8 @@ DOCUMENTED: list[type[BaseModel]] = [
     RewardConfig,
     RewardModelSettings,
     JudgeConfig,
+    TeacherSettings,
+    TeacherEndpointConfig,
     RLTrainerSettings,
     SFTConfig,
     SFTDataConfig,
@@ -75,6 +89,8 @@ DOCUMENTED: list[type[BaseModel]] = [
     CriticConfig,
     ImplicitPRMConfig,
     ReferenceConfig,
+    TeacherConfig,
+    DistillLossSettings,
     RolloutConfig,
     ServerConfig,
     AgentConfig,
@@ -83,6 +99,7 @@ DOCUMENTED: list[type[BaseModel]] = [
     LoraSettings,
     OptimConfig,
     FSDPConfig,
+    LossScaleSettings,
     PolicyLossSettings,
     RolloutCorrectionSettings,
 ]

@@ -10,7 +10,8 @@ from ascent.trainer.tracking import Tracker, TrackingConfig
 
 STEPS = 6
 
-# One step of an async agent run with a critic and a KL loss: a metric of every panel.
+# One step of an async agent run with a critic, a KL loss and a teacher: a metric of every
+# panel.
 EVERY_METRIC = {
     "critic/score/mean": 0.4,
     "critic/rewards/mean": 0.35,
@@ -43,6 +44,9 @@ EVERY_METRIC = {
     "agent/used_tools": 0.8,
     "agent/tool_error_rate": 0.05,
     "agent/end/answer": 0.9,
+    "distill/reverse_kl": 0.8,
+    "distill/agreement": 0.3,
+    "actor/distill_forward_kl_top_k": 1.1,
 }
 
 # Validation with 4 sampled answers per prompt (trainer.val_samples_per_prompt=4).
@@ -102,6 +106,7 @@ def full_run(run_dir):
         "trainer.mode=async",
         "rollout.agent.tools=[tests.x:multiply]",
         "trainer.val_samples_per_prompt=4",
+        "teacher.model.path=/models/teacher",
     )
     log_steps(
         run_dir,

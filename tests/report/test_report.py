@@ -85,6 +85,14 @@ def test_sampled_validation_without_its_metrics_is_told(tmp_path):
     assert "Not recorded: Validation:" not in page
 
 
+def test_a_distillation_run_without_its_metrics_is_told(tmp_path):
+    run_dir = tmp_path / "run"
+    rl_config(run_dir, "teacher.model.path=/models/teacher")
+    log_steps(run_dir, lambda step: {"critic/score/mean": 0.5})
+    page = write_report(run_dir).read_text()
+    assert "Not recorded: Distillation: none of distill/reverse_kl" in page
+
+
 def test_a_supervised_run(tmp_path):
     """SFT: loss, gradient norm, held-out loss and timings; no RL panel is missed."""
     run_dir = tmp_path / "sft"

@@ -200,3 +200,39 @@ def test_max_tokens_zero_without_echo_is_refused_naming_the_field():
         CompletionRequest(model="tiny", prompt="x", max_tokens=0).unsupported()
     assert refused.value.param == "max_tokens"
     CompletionRequest(model="tiny", prompt="x", max_tokens=0, echo=True).unsupported()
+
+
+def test_return_tokens_as_token_ids_names_each_token_by_its_id(client, reference):
+    """vLLM's extension: tokens and alternatives as "token_id:N", exact where texts collide."""
+    plain, named = (
+        client.completions.create(
+            model="tiny",
+            prompt=IDS,
+            max_tokens=0,
+            echo=True,
+            logprobs=3,
+            extra_body={"return_tokens_as_token_ids": as_ids},
+        ).choices[0]
+        for as_ids in (False, True)
+    )
+    logprobs = named.logprobs
+    assert logprobs.tokens == [f"token_id:{t}" for t in IDS]
+    assert logprobs.text_offset == plain.logprobs.text_offset, "offsets count the text"
+    assert logprobs.token_logprobs == plain.logprobs.token_logprobs
+    values, indices = reference[:-1].topk(3, dim=-1)
+    for t, top in enumerate(logprobs.top_logprobs[1:]):
+        ranked = sorted(top.items(), key=lambda item: -item[1])[:3]
+        assert [key for key, _ in ranked] == [f"token_id:{i}" for i in indices[t].tolist()]
+        assert [v for _, v in ranked] == pytest.approx(values[t].tolist(), abs=1e-4)
+    stream = client.completions.create(
+        model="tiny",
+        prompt=IDS,
+        max_tokens=3,
+        temperature=0,
+        logprobs=1,
+        stream=True,
+        extra_body={"return_tokens_as_token_ids": True},
+    )
+    chunks = [c.choices[0] for c in stream if c.choices[0].finish_reason is None]
+    for chunk in chunks:
+        assert chunk.logprobs.tokens == [f"token_id:{chunk.model_extra['token_ids'][0]}"]

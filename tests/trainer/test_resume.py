@@ -48,6 +48,23 @@ def test_half_then_resumed_half_equals_the_whole_run(tiny_model, prompts, tmp_pa
     assert generations[0] == generations[1]
 
 
+def test_a_pass_rate_curriculum_resumes_exactly(tiny_model, prompts, tmp_path):
+    """data.sampler=pass_rate draws by what earlier steps scored: its counts and takes are in
+    the checkpoint, so the resumed half draws the prompts the whole run drew and logs the
+    same metrics (sampler/* among them)."""
+    run = ["data.sampler=pass_rate", *EXACT]
+    whole, halves = tmp_path / "whole", tmp_path / "halves"
+    train_rl(config(tiny_model, prompts, whole, "trainer.total_steps=4", *run))
+    train_rl(config(tiny_model, prompts, halves, "trainer.total_steps=2", *run))
+    state = json.loads((halves / "checkpoints/step_00000002/trainer_state.json").read_text())
+    assert state["data"]["takes"] == 2 and len(state["data"]["pass_rate"]) == 16
+    train_rl(config(tiny_model, prompts, halves, "trainer.total_steps=4", *run))
+    assert records(halves) == records(whole)
+    assert metric(whole, "sampler/prompts_seen")[:2] == [8.0, 16.0]
+    trained = [(p / "trained_prompts.jsonl").read_text() for p in (whole, halves)]
+    assert trained[0] == trained[1]
+
+
 @pytest.mark.integration
 def test_a_one_rank_checkpoint_resumes_on_two_ranks(
     tiny_model, prompts, tmp_path, local_ray, capsys

@@ -57,25 +57,31 @@ def scaled_float(
     return z
 
 
+def target_columns(targets: Tensor) -> Tensor:
+    """Targets as (C, J) gather indices: (C,) one per row becomes (C, 1)."""
+    return targets if targets.dim() == 2 else targets[:, None]
+
+
 def chunk_stats(
     z: Tensor, targets: Tensor, compute_entropy: bool
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Per-row log p(y), logsumexp(z) and Σ p·z (None without entropy) of one (C, V) chunk.
+    """Per-row log p(y) (C,) or, for (C, J) targets, (C, J), logsumexp(z) and Σ p·z (None
+    without entropy) of one (C, V) chunk.
 
     ``z`` is consumed: it is overwritten to save a [C x V] buffer.
     """
-    target_z = z.gather(1, targets[:, None]).squeeze(1)
+    target_z = z.gather(1, target_columns(targets)).view(targets.shape)
     max_z = z.amax(dim=1, keepdim=True)
     if not compute_entropy:
         sum_exp = z.sub_(max_z).exp_().sum(dim=1, keepdim=True)
         lse = (max_z + sum_exp.log()).squeeze(1)
-        return target_z - lse, lse, None
+        return target_z - lse.view(-1, *[1] * (targets.dim() - 1)), lse, None
     p = (z - max_z).exp_()
     sum_exp = p.sum(dim=1, keepdim=True)
     lse = (max_z + sum_exp.log()).squeeze(1)
     # p·z summed in place: no third [C x V] buffer.
     p_dot_z = p.div_(sum_exp).mul_(z).sum(dim=1)
-    return target_z - lse, lse, p_dot_z
+    return target_z - lse.view(-1, *[1] * (targets.dim() - 1)), lse, p_dot_z
 
 
 def chunk_grad_(
@@ -91,27 +97,30 @@ def chunk_grad_(
     dL/dz_j = g_lp (1[j = y] - p_j) - g_ent p_j (z_j - Σ p·z)
             = -p_j (g_lp + g_ent (z_j - Σ p·z)) + g_lp 1[j = y]
     with p recomputed from the saved logsumexp. At least one of the row gradients is given.
+    With J targets per row (``targets`` and ``grad_lp`` (C, J)) the log-prob part is the sum
+    over them: -p_j Σ_k g_k + Σ_k g_k 1[j = y_k] (a token named twice is counted twice).
     """
+    row_lp = None if grad_lp is None else grad_lp.view(grad_lp.shape[0], -1).sum(1)
     if grad_ent is None:
-        grad = z.sub_(lse[:, None]).exp_().mul_(-grad_lp[:, None])
+        grad = z.sub_(lse[:, None]).exp_().mul_(-row_lp[:, None])
     else:
         p = (z - lse[:, None]).exp_()
         grad = z.sub_(p_dot_z[:, None]).mul_(grad_ent[:, None])
-        if grad_lp is not None:
-            grad.add_(grad_lp[:, None])
+        if row_lp is not None:
+            grad.add_(row_lp[:, None])
         grad.mul_(p).neg_()
     if grad_lp is not None:
-        grad.scatter_add_(1, targets[:, None], grad_lp[:, None])
+        grad.scatter_add_(1, target_columns(targets), grad_lp.view(grad_lp.shape[0], -1))
     return grad
 
 
 def rows_of(grad: Tensor | None, dtype: torch.dtype, temperature: float) -> Tensor | None:
-    """An output gradient (...) as (N,) in the stats dtype, times 1/τ; or None.
+    """An output gradient (N,) or (N, J) in the stats dtype, times 1/τ; or None.
 
     dL/dlogits = dL/dz / τ, and ``chunk_grad_`` is linear in the row gradients: scaling them
     here saves a pass over every [C x V] chunk.
     """
-    return None if grad is None else grad.reshape(-1).to(dtype) / temperature
+    return None if grad is None else grad.to(dtype) / temperature
 
 
 def at(rows: slice, tensor: Tensor | None) -> Tensor | None:
@@ -126,14 +135,15 @@ def chunked_stats(
     chunk_tokens: int,
     compute_entropy: bool,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """The forward pass over all rows: log p(y), logsumexp(z) and Σ p·z (or None), each (N,).
+    """The forward pass over all rows: log p(y) (shaped like ``targets``: (N,) or (N, J)),
+    logsumexp(z) and Σ p·z (or None), each (N,).
 
     ``chunk_z(rows)`` returns a fresh z = logits / τ for those rows, in ``dtype``.
     """
     n = targets.shape[0]
-    log_probs = torch.empty(n, dtype=dtype, device=targets.device)
-    lse = torch.empty_like(log_probs)
-    p_dot_z = torch.empty_like(log_probs) if compute_entropy else None
+    log_probs = torch.empty(targets.shape, dtype=dtype, device=targets.device)
+    lse = torch.empty(n, dtype=dtype, device=targets.device)
+    p_dot_z = torch.empty_like(lse) if compute_entropy else None
     for start in range(0, n, chunk_tokens):
         rows = slice(start, start + chunk_tokens)
         z = chunk_z(rows)
@@ -196,12 +206,18 @@ class _LogProbsFromLogits(torch.autograd.Function):
         return grad_logits, None, None, None, None
 
 
-def check_inputs(scores: Tensor, targets: Tensor, temperature: float, chunk_tokens: int) -> None:
-    """Shared argument checks; ``scores`` is the logits (..., V) or hidden states (..., H)."""
-    if scores.shape[:-1] != targets.shape:
+def check_inputs(
+    scores: Tensor, targets: Tensor, temperature: float, chunk_tokens: int, many: bool = False
+) -> None:
+    """Shared argument checks; ``scores`` is the logits (..., V) or hidden states (..., H).
+    ``many``: targets may also be (..., J), J tokens per row."""
+    if scores.shape[:-1] != targets.shape and not (
+        many and targets.dim() >= 1 and scores.shape[:-1] == targets.shape[:-1]
+    ):
+        per_row = "one target token per row, or J of them as (..., J)" if many else "one per row"
         raise ValueError(
             f"targets {tuple(targets.shape)} must match the leading dims of "
-            f"{tuple(scores.shape)} (one target token per row)"
+            f"{tuple(scores.shape)} ({per_row})"
         )
     if not targets.dtype == torch.int64:
         raise TypeError(f"targets must be int64 token ids, got {targets.dtype}")

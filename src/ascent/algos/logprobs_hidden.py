@@ -162,7 +162,9 @@ def token_log_probs_and_entropy_from_hidden(
     Args:
         hidden: (..., H) final hidden states, in the compute dtype (bf16, fp16, fp32, fp64).
         weight: (V, H) lm_head weight, same dtype as ``hidden``.
-        targets: (...) int64 token ids in [0, V).
+        targets: (...) int64 token ids in [0, V), or (..., J): J tokens scored per row (the
+            sampled token and a teacher's top-k, for distillation); log_probs is then
+            (..., J), each differentiable, and the entropy stays (...).
         bias: optional (V,) lm_head bias.
         temperature: τ, the sampling temperature the logits are divided by.
         chunk_tokens: rows whose logits exist at a time.
@@ -174,7 +176,8 @@ def token_log_probs_and_entropy_from_hidden(
         log_probs (...) and entropy (...) (or None), float32 (float64 for float64 inputs),
         differentiable with respect to hidden, weight and bias.
     """
-    check_inputs(hidden, targets, temperature, chunk_tokens)
+    check_inputs(hidden, targets, temperature, chunk_tokens, many=True)
+    rows = hidden.shape[:-1]
     if weight.dim() != 2 or weight.shape[1] != hidden.shape[-1]:
         raise ValueError(
             f"weight {tuple(weight.shape)} must be (vocab, {hidden.shape[-1]}) for hidden "
@@ -184,11 +187,11 @@ def token_log_probs_and_entropy_from_hidden(
         hidden.reshape(-1, hidden.shape[-1]),
         weight,
         bias,
-        targets.reshape(-1),
+        targets.reshape(-1) if targets.shape == rows else targets.reshape(-1, targets.shape[-1]),
         float(temperature),
         chunk_tokens,
         compute_entropy,
         softcap,
     )
-    entropy = None if entropy is None else entropy.view(targets.shape)
+    entropy = None if entropy is None else entropy.view(rows)
     return log_probs.view(targets.shape), entropy

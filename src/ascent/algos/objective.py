@@ -1,14 +1,19 @@
 """The actor's total loss for one micro-batch, from the pieces in this package.
 
     loss = agg(L_policy * w) - entropy_coef * agg(H) + kl_coef * agg(kl(lp_new, lp_ref))
+           + sum_n coef_n * agg(L_n)
 
 agg is ``aggregate`` with the mini-batch's global denominators (so micro-batch losses sum to
 the mini-batch loss); the policy term uses the loss's own aggregation when it fixes one
 (gspo, geo_mean). w are optional rollout-correction weights, combined as the loss says
 (``TokenLoss.weighting``): token by token for most losses, one geometric-mean weight per
 sequence for geo_mean. The KL term is used when KL is a loss (``kl_coef > 0``); when KL
-enters the reward instead, leave ``kl_coef`` at 0.
+enters the reward instead, leave ``kl_coef`` at 0. ``terms`` are further per-token losses
+L_n (B, T) with their coefficients (the distillation terms of ``ascent.algos.distill``), each
+aggregated like the entropy and KL, its value in the metrics under its name.
 """
+
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor
@@ -31,6 +36,7 @@ def actor_objective(
     ref_log_probs: Tensor | None = None,
     kl_coef: float = 0.0,
     kl_estimator: str = "k3",
+    terms: Mapping[str, tuple[float, Tensor]] | None = None,
 ) -> LossOutput:
     """Combine policy loss, entropy bonus and KL loss; metrics carry every term."""
     pg_loss = aggregate(
@@ -55,4 +61,8 @@ def actor_objective(
         loss = loss + kl_coef * kl_term
         metrics["kl_loss"] = kl_term.detach()
         metrics["kl_coef"] = torch.tensor(float(kl_coef))
+    for name, (coef, per_token) in (terms or {}).items():
+        term = aggregate(per_token, response_mask, mode, normalizer)
+        loss = loss + coef * term
+        metrics[name] = term.detach()
     return LossOutput(loss=loss, metrics=metrics)

@@ -22,6 +22,7 @@ from pydantic import Field
 
 from ascent.batch import Batch
 from ascent.data.chat import check_messages, check_tools, render_chat
+from ascent.data.curriculum import PassRateConfig, PassRateSampler
 from ascent.data.files import MalformedRow, Row, read_rows
 from ascent.data.images import (
     IMAGES_HELP,
@@ -46,8 +47,17 @@ class RLDataConfig(Strict):
         description="Render prompts with the tokenizer's chat template; false: the prompt is "
         "raw text, tokenized with the tokenizer's own special tokens (a base model's BOS).",
     )
-    shuffle: bool = Field(True, description="Shuffle each epoch (seeded).")
+    shuffle: bool = Field(True, description="Shuffle each epoch (seeded; sampler=uniform).")
     seed: int = Field(0, description="Seed of the prompt order.")
+    sampler: Literal["uniform", "pass_rate"] = Field(
+        "uniform",
+        description="How a step's prompts are drawn: uniform (epoch after epoch, every prompt "
+        "once each) or pass_rate (by each prompt's recent pass rate, fewer of those whose "
+        "groups come back all right or all wrong: data.pass_rate, ascent.data.curriculum).",
+    )
+    pass_rate: PassRateConfig = Field(
+        default_factory=PassRateConfig, description="sampler=pass_rate's settings (PassRateConfig)."
+    )
     malformed: Literal["stop", "skip"] = Field(
         "stop", description="A malformed row stops loading with its location, or is skipped."
     )
@@ -202,11 +212,31 @@ class PromptStream:
                 self.epoch, self.offset = self.epoch + 1, 0
         return taken
 
+    def observe(self, batch: Batch, weights: torch.Tensor | None) -> dict[str, float]:
+        """A round's outcomes change nothing here (``PassRateSampler`` learns from them)."""
+        return {}
+
     def state(self) -> dict[str, int]:
         return {"epoch": self.epoch, "offset": self.offset}
 
     def load_state(self, state: dict[str, int]) -> None:
+        if "epoch" not in state:
+            raise ValueError(
+                f"the checkpoint's prompt position {list(state)} is not data.sampler=uniform's: "
+                "resume with the sampler it was saved with, or start a new run"
+            )
         self.epoch, self.offset = state["epoch"], state["offset"]
+
+
+def prompt_stream(
+    prompts: list[RLPrompt], config: RLDataConfig, samples_per_prompt: int
+) -> PromptStream | PassRateSampler:
+    """The stream of training prompts that ``config.sampler`` names, seeded by ``config.seed``."""
+    if config.sampler == "pass_rate":
+        return PassRateSampler(
+            prompts, config.pass_rate, samples_per_prompt=samples_per_prompt, seed=config.seed
+        )
+    return PromptStream(prompts, shuffle=config.shuffle, seed=config.seed)
 
 
 def prompts_batch(prompts: list[RLPrompt], pad_id: int, uid_prefix: str) -> Batch:

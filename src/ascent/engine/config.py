@@ -1,9 +1,10 @@
 """Settings of the training engine: model, LoRA, optimiser, FSDP2. Typed and documented
 field by field; unknown fields are errors."""
 
+import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Strict(BaseModel):
@@ -71,11 +72,35 @@ class OptimConfig(Strict):
     )
 
 
+class LossScaleSettings(Strict):
+    """Dynamic loss scaling (``ascent.engine.loss_scale``); on whenever ``fsdp.param_dtype``
+    is float16, off otherwise (bfloat16 and float32 have float32's range)."""
+
+    init_scale: float = Field(
+        2.0**16,
+        ge=1,
+        description="Starting scale S of the loss (a power of two, so that unscaling is exact); "
+        "halved after each overflow, down to 1.",
+    )
+    growth_interval: int = Field(
+        400, ge=1, description="Double S after this many optimiser steps in a row without overflow."
+    )
+
+    @field_validator("init_scale")
+    @classmethod
+    def _power_of_two(cls, value: float) -> float:
+        if math.frexp(value)[0] != 0.5:
+            raise ValueError(f"init_scale must be a power of two (e.g. 65536), not {value}")
+        return value
+
+
 class FSDPConfig(Strict):
     """How the model is sharded over the data-parallel ranks (FSDP2, one unit per layer)."""
 
     param_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
-        None, description="Compute dtype; None: bfloat16 on CUDA, float32 on CPU."
+        None,
+        description="Compute dtype (parameters are kept in float32); None: bfloat16 on CUDA, "
+        "float32 on CPU. float16 trains with dynamic loss scaling (loss_scale).",
     )
     reduce_dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="Dtype of the gradient reduce-scatter."
@@ -92,4 +117,7 @@ class FSDPConfig(Strict):
         description="Mixture of experts: split each sparse layer's experts over this many "
         "ranks (the mesh's ep axis; tokens reach them by all-to-all); must divide the role's "
         "ranks and the expert count. 1: every rank holds a shard of every expert.",
+    )
+    loss_scale: LossScaleSettings = Field(
+        LossScaleSettings(), description="float16 only: dynamic loss scaling (LossScaleSettings)."
     )

@@ -15,8 +15,13 @@ With ``sequence_parallel`` = sp > 1, the sp ranks of a replica share its micro-b
 (``ascent.engine.ulysses``) and each contributes the gradient of its tokens. The losses are
 scaled by the replica count D = W / sp, and each rank's gradient by sp (the gradient of
 the gather of every rank's log-probs), so FSDP's average over W is again the step's.
+
+With ``fsdp.param_dtype`` float16 the engine scales the loss (``backward``) and unscales,
+checks and skips in ``step`` (``ascent.engine.loss_scale``): float16's range is too narrow
+for small gradients without it.
 """
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -27,6 +32,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionP
 
 from ascent.engine.config import FSDPConfig, OptimConfig
 from ascent.engine.gradients import clip_sharded_gradients
+from ascent.engine.loss_scale import LossScaler, Verdict
 from ascent.engine.mesh import TrainingMesh, training_mesh
 from ascent.engine.modules import decoder_layers, unwrap
 from ascent.engine.schedule import lr_multiplier
@@ -41,7 +47,19 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class StepResult:
     grad_norm: float  # global L2 norm of the gradient before clipping
     lr: float  # learning rate used for this step
-    skipped: bool  # True when the gradient was not finite and no update was made
+    skipped: bool  # no update: a non-finite loss or gradient (a fault the run counts)
+    overflowed: bool = False  # no update: the float16 loss scale overflowed (expected)
+    loss_scale: float | None = None  # the scale S this step's gradients had (float16 only)
+
+    def metrics(self) -> dict[str, float]:
+        """Per optimiser step, for the role's metrics; the norm is left out of a step that
+        overflowed (its gradients were never unscaled), so it cannot make the mean inf."""
+        out = {"lr": self.lr, "skipped_steps": float(self.skipped)}
+        if not self.overflowed:
+            out["grad_norm"] = self.grad_norm
+        if self.loss_scale is not None:
+            out |= {"loss_scale": self.loss_scale, "loss_scale_skipped": float(self.overflowed)}
+        return out
 
 
 def shard_module(module: nn.Module, mesh: TrainingMesh, options: dict) -> None:
@@ -103,6 +121,10 @@ class TrainEngine:
         self.steps = 0
         self.trainable = [p for p in module.parameters() if p.requires_grad]
         self.optimizer = None
+        self.scaler = None
+        if optim is not None and param_dtype == torch.float16:
+            scaling = fsdp.loss_scale
+            self.scaler = LossScaler(scaling.init_scale, scaling.growth_interval, device)
         if optim is not None:
             self.optimizer = torch.optim.AdamW(
                 self.trainable,
@@ -122,21 +144,38 @@ class TrainEngine:
         if self.optimizer is not None:
             self.optimizer.zero_grad(set_to_none=True)
 
+    def backward(self, loss: Tensor) -> None:
+        """Gradients of ``loss`` (summed into those of earlier micro-batches), of the loss
+        times the scale S when training in float16 (``step`` divides them by S again)."""
+        (self.scaler.scale_loss(loss) if self.scaler is not None else loss).backward()
+
     def step(self) -> StepResult:
         """Clip, then step the optimiser and the schedule, unless the gradient is not finite
-        (then the update is skipped, so one bad batch cannot destroy the weights)."""
+        (then the update is skipped, so one bad batch cannot destroy the weights). In
+        float16, first the loss scaler's verdict: an overflow skips the step too (and halves
+        S), and clean gradients are unscaled before clipping."""
         if self.optimizer is None:
             raise RuntimeError("this engine has no optimiser (built with optim=None)")
+        lr = self.optimizer.param_groups[0]["lr"]
+        scale = self.scaler.scale if self.scaler is not None else None
+        verdict = self.scaler.check(self.trainable) if self.scaler is not None else Verdict.CLEAN
+        if verdict is not Verdict.CLEAN:
+            self.scaler.update(verdict)
+            self.zero_grad()
+            fault = verdict is Verdict.NON_FINITE
+            overflowed = not fault
+            return StepResult(math.nan, lr, fault, overflowed=overflowed, loss_scale=scale)
         max_norm = self.optim_config.grad_clip or float("inf")
         grad_norm = clip_sharded_gradients(self.trainable, max_norm)
-        lr = self.optimizer.param_groups[0]["lr"]
-        skipped = not torch.isfinite(torch.tensor(grad_norm))
+        skipped = not math.isfinite(grad_norm)
         if not skipped:
             self.optimizer.step()
             self.scheduler.step()
             self.steps += 1
+        if self.scaler is not None:
+            self.scaler.update(Verdict.NON_FINITE if skipped else Verdict.CLEAN)
         self.zero_grad()
-        return StepResult(grad_norm=grad_norm, lr=lr, skipped=skipped)
+        return StepResult(grad_norm=grad_norm, lr=lr, skipped=skipped, loss_scale=scale)
 
     def reshard(self) -> None:
         """Make every parameter the sharded DTensor again (FSDP frees gathered copies)."""

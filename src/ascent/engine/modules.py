@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ascent.algos.logprobs_hidden import token_log_probs_and_entropy_from_hidden
+from ascent.algos.top_log_probs import top_log_probs_from_hidden
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -74,13 +75,9 @@ class PolicyModule(nn.Module):
         **model_inputs: Tensor,
     ) -> tuple[Tensor, Tensor | None]:
         lm = unwrap(self.model)
-        hidden = lm.base_model(
-            position_ids=position_ids,
-            attention_mask=attention_mask,
-            use_cache=False,
-            **embedded(lm, self.extra_inputs, input_ids, model_inputs),
-        ).last_hidden_state
-        hidden = hidden.flatten(0, 1).index_select(0, query_index)
+        hidden = self.query_hidden(
+            input_ids, position_ids, query_index, attention_mask, model_inputs
+        )
         head = lm.get_output_embeddings()
         log_probs, entropy = token_log_probs_and_entropy_from_hidden(
             hidden,
@@ -95,6 +92,74 @@ class PolicyModule(nn.Module):
         # Fresh tensors, not views: FSDP2 warns that in-place ops on a view output would
         # bypass its backward hooks.
         return log_probs.clone(), None if entropy is None else entropy.clone()
+
+    def query_hidden(
+        self,
+        input_ids: Tensor,
+        position_ids: Tensor,
+        query_index: Tensor,
+        attention_mask: Tensor | None,
+        model_inputs: dict[str, Tensor],
+    ) -> Tensor:
+        """The final hidden states (M, H) at the query positions. Called inside ``forward``
+        (FSDP2 gathers the root's weights around ``forward`` only)."""
+        lm = unwrap(self.model)
+        hidden = lm.base_model(
+            position_ids=position_ids,
+            attention_mask=attention_mask,
+            use_cache=False,
+            **embedded(lm, self.extra_inputs, input_ids, model_inputs),
+        ).last_hidden_state
+        return hidden.flatten(0, 1).index_select(0, query_index)
+
+
+class TeacherModule(PolicyModule):
+    """A frozen causal LM's view of another policy's tokens (a distillation teacher).
+
+    forward(input_ids, position_ids, query_index, targets (M,), temperature, ...) ->
+    log_probs (M,), top_ids (M, top_k), top_log_probs (M, top_k): log p(target) and the
+    ``top_k`` most likely next tokens (ids below ``vocab_limit``) at each query, float32,
+    no gradient (``ascent.algos.top_log_probs``).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        top_k: int,
+        vocab_limit: int | None = None,
+        chunk_tokens: int = 1024,
+        extra_inputs: Any = None,
+    ) -> None:
+        super().__init__(model, chunk_tokens=chunk_tokens, extra_inputs=extra_inputs)
+        self.top_k, self.vocab_limit = top_k, vocab_limit
+
+    @torch.no_grad()
+    def forward(  # type: ignore[override]
+        self,
+        input_ids: Tensor,
+        position_ids: Tensor,
+        query_index: Tensor,
+        targets: Tensor,
+        temperature: float = 1.0,
+        attention_mask: Tensor | None = None,
+        **model_inputs: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        lm = unwrap(self.model)
+        hidden = self.query_hidden(
+            input_ids, position_ids, query_index, attention_mask, model_inputs
+        )
+        head = lm.get_output_embeddings()
+        return top_log_probs_from_hidden(
+            hidden,
+            head.weight,
+            targets,
+            self.top_k,
+            bias=head.bias,
+            temperature=temperature,
+            chunk_tokens=self.chunk_tokens,
+            softcap=getattr(lm.config.get_text_config(), "final_logit_softcapping", None),
+            vocab_limit=self.vocab_limit,
+        )
 
 
 class ValueModule(nn.Module):

@@ -64,8 +64,10 @@ class PackedSequences:
         return self.attention_mask.flatten().bool()
 
     def unpack(self, values: Tensor, fill: float = 0.0) -> Tensor:
-        """(M,) per-query values -> (B, R), ``fill`` where no query lands (differentiable)."""
-        out = torch.full(self.shape, fill, dtype=values.dtype, device=values.device)
+        """(M, ...) per-query values -> (B, R, ...), ``fill`` where no query lands
+        (differentiable)."""
+        shape = (*self.shape, *values.shape[1:])
+        out = torch.full(shape, fill, dtype=values.dtype, device=values.device)
         return out.index_put((self.rows, self.columns), values)
 
 

@@ -3,7 +3,9 @@ torch.distributed.checkpoint (so a run can resume on a different number of ranks
 schedule's position.
 
 Every rank writes its own shards into ``directory`` (a filesystem all ranks see); rank 0
-writes ``engine.json`` with the optimiser step count and the LR schedule's state.
+writes ``engine.json`` with the optimiser step count, the LR schedule's state and, in
+float16, the loss scaler's (scale and clean steps in a row: a resumed run scales as the
+uninterrupted one would have).
 """
 
 import json
@@ -43,6 +45,8 @@ def save_engine(engine: TrainEngine, directory: str | Path, *, with_optimizer: b
         }
         if engine.optimizer is not None:
             meta["scheduler"] = engine.scheduler.state_dict()
+        if engine.scaler is not None:
+            meta["loss_scale"] = engine.scaler.state_dict()
         (directory / "engine.json").write_text(json.dumps(meta))
     dist.barrier()
 
@@ -66,3 +70,6 @@ def load_engine(engine: TrainEngine, directory: str | Path) -> None:
     engine.steps = meta["steps"]
     if engine.optimizer is not None and "scheduler" in meta:
         engine.scheduler.load_state_dict(meta["scheduler"])
+    # A checkpoint of a bfloat16 or float32 run resumed in float16 starts from init_scale.
+    if engine.scaler is not None and "loss_scale" in meta:
+        engine.scaler.load_state_dict(meta["loss_scale"])

@@ -43,6 +43,10 @@ def _agent(run: Run) -> bool:
     return run.kind == "rl" and run.setting("rollout.agent") is not None
 
 
+def _distilled(run: Run) -> bool:
+    return run.kind == "rl" and run.setting("teacher") is not None
+
+
 def _validated(run: Run) -> bool:
     scheduled = run.setting("trainer.val_every", 1) != 0 or run.setting("trainer.val_at_start")
     return bool(_rl(run) and scheduled and run.setting("data.val_files", ["unknown"]))
@@ -160,6 +164,22 @@ PANELS = (
             "rollout/mismatch_kl",
         ),
         expected=_rl,
+    ),
+    Panel(
+        "distillation",
+        "Distillation",
+        "The student against its teacher on the tokens it sampled: distill/reverse_kl (mean "
+        "lp_student - lp_teacher, nats), distill/agreement (share that are the teacher's "
+        "top-1), and the loss terms actor/distill_reverse_kl_loss and "
+        "actor/distill_forward_kl_top_k.",
+        keys=(
+            "distill/reverse_kl",
+            "distill/agreement",
+            "actor/distill_reverse_kl_loss",
+            "actor/distill_forward_kl_top_k",
+        ),
+        expected=_distilled,
+        missing="a run with a teacher logs distill/* every step",
     ),
     Panel(
         "entropy",

@@ -70,7 +70,10 @@ class Completions:
         (after the prompt's ``prompt_scores`` when echoed) when asked for."""
         tokenizer, logprobs, echoed = self.served.tokenizer, None, None
         if body.logprobs is not None:
-            logprobs = completion_logprobs(tokenizer, scored_tokens(prompt, out, prompt_scores))
+            scored = scored_tokens(prompt, out, prompt_scores)
+            logprobs = completion_logprobs(
+                tokenizer, scored, as_ids=body.return_tokens_as_token_ids
+            )
         if body.echo:
             echoed = text if text is not None else tokenizer.decode(prompt)
         return r.completion_choice(
@@ -104,8 +107,10 @@ class Completions:
             logprobs = None
             if body.logprobs is not None:
                 scored = ScoredTokens([item.token], [item.log_prob], [item.top_logprobs])
-                logprobs = completion_logprobs(tokenizer, scored, offset)
-                offset += len(logprobs["tokens"][0])
+                logprobs = completion_logprobs(
+                    tokenizer, scored, offset, body.return_tokens_as_token_ids
+                )
+                offset += len(tokenizer.decode([item.token]))
             choice = {
                 "index": 0,
                 "text": text.push(item.token),

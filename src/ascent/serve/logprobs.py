@@ -8,8 +8,11 @@ context, so its log-prob and alternatives are ``null``, as in vLLM.
 
 Completions (``logprobs`` k): ``tokens``, ``token_logprobs``, ``top_logprobs`` (per token a
 dict from token text to log-prob holding the k most likely tokens and the chosen one, so up
-to k + 1 entries) and ``text_offset``. Chat (``logprobs: true``, ``top_logprobs`` k): a
-``content`` list of {token, logprob, bytes, top_logprobs: [k entries]}.
+to k + 1 entries) and ``text_offset``; with ``return_tokens_as_token_ids`` (vLLM's name) each
+token and each key is ``"token_id:N"`` instead of its text, which names a token exactly where
+texts collide or are not valid UTF-8 (the offsets still count the text's characters). Chat
+(``logprobs: true``, ``top_logprobs`` k): a ``content`` list of {token, logprob, bytes,
+top_logprobs: [k entries]}.
 """
 
 from dataclasses import dataclass
@@ -45,20 +48,28 @@ def scored_tokens(
     )
 
 
-def completion_logprobs(tokenizer: object, scored: ScoredTokens, offset: int = 0) -> dict:
+def completion_logprobs(
+    tokenizer: object, scored: ScoredTokens, offset: int = 0, as_ids: bool = False
+) -> dict:
     """The completions API's ``logprobs`` object of ``scored``, whose text starts at
-    character ``offset`` of the choice's (a streamed chunk's tokens)."""
-    strings = [tokenizer.decode([t]) for t in scored.ids]
+    character ``offset`` of the choice's (a streamed chunk's tokens); tokens named
+    ``"token_id:N"`` with ``as_ids``."""
+    texts = [tokenizer.decode([t]) for t in scored.ids]
     offsets, position = [], offset
-    for text in strings:
+    for text in texts:
         offsets.append(position)
         position += len(text)
+
+    def name(token: int) -> str:
+        return f"token_id:{token}" if as_ids else tokenizer.decode([token])
+
+    strings = [f"token_id:{t}" for t in scored.ids] if as_ids else texts
     top_logprobs = []
     for text, log_prob, alternatives in zip(strings, scored.log_probs, scored.top, strict=True):
         if alternatives is None:
             top_logprobs.append(None)
             continue
-        entry = {tokenizer.decode([t]): value for t, value in reversed(alternatives)}
+        entry = {name(t): value for t, value in reversed(alternatives)}
         # Two ids may decode to one text: the more likely one's log-prob is kept (reversed
         # order writes it last), and the chosen token is added if its text is not there.
         entry.setdefault(text, log_prob)

@@ -8,7 +8,8 @@ alternatives (``logprobs`` 0-20 for completions, ``top_logprobs`` 0-20 for chat;
 and ``echo`` with the prompt's log-probs (``max_tokens`` 0 scores the prompt alone; not
 streamed).
 Extensions (as in vLLM): ``top_k``, ``stop_token_ids``, ``skip_special_tokens``,
-``ignore_eos``; token ids are always returned.
+``ignore_eos``, ``return_tokens_as_token_ids`` (completions: log-prob tokens named
+``"token_id:N"``); token ids are always returned.
 """
 
 import json
@@ -77,6 +78,7 @@ class CompletionRequest(_Common):
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool = False
     best_of: int | None = None
+    return_tokens_as_token_ids: bool = False
 
     def unsupported(self) -> None:
         super().unsupported()

@@ -25,6 +25,7 @@ from ascent.workers.common import (
     trainable_policy_engine,
 )
 from ascent.workers.config import ActorConfig
+from ascent.workers.distill_terms import distillation_terms, teacher_targets
 from ascent.workers.policy_routing import PolicyRouting
 
 TOKENS = ("input_ids", "attention_mask", "responses")
@@ -83,6 +84,10 @@ class ActorWorker(EngineCheckpoints, Worker):
         self.routing.require_routes(batch, "actor.update")
         if cfg.kl_coef > 0:
             require(batch, "actor.update with kl_coef > 0", "ref_log_probs")
+        if cfg.distill is not None and cfg.distill.reverse_kl_coef > 0:
+            require(batch, "actor.update with a reverse KL loss", "teacher_log_probs")
+        if cfg.distill is not None and cfg.distill.forward_kl_top_k_coef > 0:
+            require(batch, "actor.update with a top-k forward KL", "teacher_top_ids")
         return train(
             self.engine,
             batch,
@@ -105,10 +110,16 @@ class ActorWorker(EngineCheckpoints, Worker):
     def _micro_loss(self, micro: Batch, normalizer: LossNormalizer) -> tuple[torch.Tensor, dict]:
         cfg, device = self.config, self.device
         layout = pack(micro, device, self.packed)
+        top_k = cfg.distill is not None and cfg.distill.forward_kl_top_k_coef > 0
+        # With the top-k forward KL, each query also scores the teacher's top-k tokens.
+        targets = teacher_targets(micro, layout, device) if top_k else None
         with self.routing.routed(micro, layout) as routed:  # a no-op for a dense model
             log_probs, entropy = policy_forward(
-                self.engine, micro, device, cfg.temperature, self.packed, layout
+                self.engine, micro, device, cfg.temperature, self.packed, layout, targets
             )
+        student_top = None
+        if targets is not None:
+            log_probs, student_top = log_probs[..., 0], log_probs[..., 1:]
         mask = micro["response_mask"].to(device)
         old = micro["old_log_probs"].to(device) if "old_log_probs" in micro else log_probs.detach()
         behaviour = micro["rollout_log_probs"].to(device) if "rollout_log_probs" in micro else None
@@ -151,6 +162,7 @@ class ActorWorker(EngineCheckpoints, Worker):
             ref_log_probs=reference,
             kl_coef=cfg.kl_coef,
             kl_estimator=cfg.kl_estimator,
+            terms=distillation_terms(cfg.distill, micro, log_probs, student_top, mask),
         )
         loss, metrics = objective.loss, metrics | objective.metrics
         share = float(mask.sum()) * normalizer.dp_size / max(normalizer.num_tokens, 1.0)

@@ -78,12 +78,18 @@ def policy_forward(
     temperature: float,
     packed: bool,
     inputs: PackedSequences | None = None,
+    targets: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Log-probs and entropy (B, R) of the response tokens, from one forward of the
     engine's policy module; ``inputs``: the batch already laid out by ``pack`` (else it is
-    laid out here). With sequence parallelism, this rank runs its share of the tokens."""
+    laid out here). With sequence parallelism, this rank runs its share of the tokens.
+    ``targets`` (M, J): J tokens scored per query instead of the sampled one (the sampled
+    token first, then a teacher's top-k): log-probs (B, R, J); not with sequence parallelism.
+    """
     inputs = inputs if inputs is not None else pack(batch, device, packed)
     module, shard = engine.module, sequence_shard(engine, batch, inputs)
+    if shard is not None and targets is not None:
+        raise ValueError("several targets per token are not split over sequence-parallel ranks")
     if shard is not None:
         log_probs, entropy = module(
             shard.input_ids,
@@ -97,7 +103,7 @@ def policy_forward(
     log_probs, entropy = module(
         inputs.input_ids,
         query_index=inputs.query_index,
-        targets=inputs.targets,
+        targets=inputs.targets if targets is None else targets,
         temperature=temperature,
         attention_mask=inputs.attention_mask,
         **model_inputs(module, batch, inputs, device),
@@ -227,13 +233,13 @@ def response_log_probs(
 def micro_batched(
     forward: Callable, batch: Batch, budget: int, device: torch.device, padded: bool
 ) -> list[Tensor]:
-    """Run ``forward(micro_batch) -> tensors (b, R)`` over token-budget micro-batches and
-    reassemble each output as (B, R) on the CPU, in the batch's row order."""
+    """Run ``forward(micro_batch) -> tensors (b, R, ...)`` over token-budget micro-batches
+    and reassemble each output as (B, R, ...) on the CPU, in the batch's row order."""
     outputs: list[Tensor] | None = None
     for rows in synchronized_micro_batches(token_counts(batch), budget, device, padded):
         results = forward(batch.index(rows))
         if outputs is None:
-            outputs = [torch.zeros(len(batch), r.shape[1], dtype=r.dtype) for r in results]
+            outputs = [torch.zeros(len(batch), *r.shape[1:], dtype=r.dtype) for r in results]
         for out, result in zip(outputs, results, strict=True):
             out[rows] = result.cpu()
     return outputs or []
@@ -291,12 +297,9 @@ def train(
             plan = synchronized_micro_batches(token_counts(mini), budget, engine.device, padded)
             for rows in plan:
                 loss, micro_metrics = micro_loss(mini.index(rows), normalizer)
-                loss.backward()
+                engine.backward(loss)
                 metrics.add_micro(micro_metrics)
-            step = engine.step()
-            metrics.end_mini_batch(
-                grad_norm=step.grad_norm, lr=step.lr, skipped_steps=float(step.skipped)
-            )
+            metrics.end_mini_batch(**engine.step().metrics())
     return metrics.result(engine.device)
 
 

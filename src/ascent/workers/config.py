@@ -89,6 +89,24 @@ class MicroBatching(Strict):
     )
 
 
+class DistillLossSettings(Strict):
+    """The distillation loss terms of the actor (``ascent.algos.distill``), from the batch's
+    teacher fields; the advantage term is applied by the driver, not here."""
+
+    reverse_kl_coef: float = Field(
+        0.0, ge=0, description="Weight of the per-token reverse KL loss (teacher_log_probs)."
+    )
+    reverse_kl_estimator: str = Field(
+        "k2", description="Its estimator: k2 (the reverse KL's gradient), or k1, k3, ..."
+    )
+    forward_kl_top_k_coef: float = Field(
+        0.0,
+        ge=0,
+        description="Weight of the forward KL over the teacher's top-k tokens "
+        "(teacher_top_ids, teacher_top_log_probs).",
+    )
+
+
 class ActorConfig(MicroBatching):
     """The policy being trained."""
 
@@ -126,6 +144,9 @@ class ActorConfig(MicroBatching):
     )
     chunk_tokens: int = Field(1024, ge=1, description="Tokens per log-prob chunk.")
     sequence_parallel: int = sequence_parallel_field()
+    distill: DistillLossSettings | None = Field(
+        None, description="Distillation loss terms (DistillLossSettings); None: none."
+    )
 
 
 class ReferenceConfig(Strict):
@@ -137,6 +158,22 @@ class ReferenceConfig(Strict):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollout.")
     chunk_tokens: int = Field(1024, ge=1, description="Tokens per log-prob chunk.")
     sequence_parallel: int = sequence_parallel_field()
+
+
+class TeacherConfig(Strict):
+    """A frozen teacher (on-policy distillation): its log-probs of the student's tokens and
+    its top-k next tokens at every response position. Its forward is not split over ranks
+    (no sequence parallelism): each rank scores its own rows."""
+
+    model: ModelConfig = Field(description="The teacher checkpoint (ModelConfig).")
+    fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
+    tokens_per_micro_batch: int = Field(8192, ge=1, description="Token budget per forward.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollout.")
+    chunk_tokens: int = Field(1024, ge=1, description="Tokens per log-prob chunk.")
+    top_k: int = Field(1, ge=1, description="Teacher's most likely tokens kept per position.")
+    vocab_limit: int | None = Field(
+        None, ge=1, description="Only ids below it are top-k candidates (the student's vocab)."
+    )
 
 
 class CriticConfig(MicroBatching):

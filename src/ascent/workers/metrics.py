@@ -4,9 +4,9 @@ Two kinds: loss terms (``SHARES``) are a micro-batch's share of its mini-batch v
 divided by the global denominators, times the number of ranks), so they are summed over the
 micro-batches of a mini-batch; everything else is a rate (clip fractions, KL estimates, grad
 norms) and is averaged. Both are then averaged over mini-batches and epochs, and over ranks,
-except counts (``COUNTS``: optimiser steps skipped for a non-finite gradient), which are
-summed over mini-batches and epochs, and extremes (``MAXIMA``, ``MINIMA``), which stay the
-largest or smallest value at every level.
+except counts (``COUNTS``: optimiser steps skipped for a non-finite gradient, or for a
+float16 loss-scale overflow), which are summed over mini-batches and epochs, and extremes
+(``MAXIMA``, ``MINIMA``), which stay the largest or smallest value at every level.
 """
 
 from collections import defaultdict
@@ -14,10 +14,21 @@ from collections import defaultdict
 import torch
 import torch.distributed as dist
 
-SHARES = frozenset({"pg_loss", "entropy", "kl_loss", "vf_loss", "loss"})
-COUNTS = frozenset({"skipped_steps"})
+SHARES = frozenset(
+    {
+        "pg_loss",
+        "entropy",
+        "kl_loss",
+        "vf_loss",
+        "loss",
+        "distill_reverse_kl_loss",  # ascent.workers.distill_terms
+        "distill_forward_kl_top_k",
+    }
+)
+COUNTS = frozenset({"skipped_steps", "loss_scale_skipped"})
 MAXIMA = frozenset({"rollout_mismatch_max_abs", "rollout_ratio_max"})
-MINIMA = frozenset({"rollout_ratio_min"})
+# loss_scale: the smallest float16 loss scale S of the update's steps (after any overflow).
+MINIMA = frozenset({"rollout_ratio_min", "loss_scale"})
 
 
 def _reduce(name: str, values: list[float], share: bool = False) -> float:

@@ -18,6 +18,7 @@ from ascent.rollout.types import response_lengths
 from ascent.trainer.rl.config import KLSettings
 from ascent.trainer.rl.plan import Plan
 from ascent.trainer.rl.rows import SampleRows
+from ascent.trainer.rl.teacher import TeacherSettings, distilled_advantages
 
 
 class AdvantageStage:
@@ -31,9 +32,10 @@ class AdvantageStage:
         max_response_length: int,
         seed: int,
         rows: object = SampleRows(),
+        teacher: TeacherSettings | None = None,
     ) -> None:
         self.plan, self.max_response_length, self.seed = plan, max_response_length, seed
-        self.rows = rows
+        self.rows, self.teacher = rows, teacher
         self.controller: FixedKLController | AdaptiveKLController | None = None
         if plan.kl_mode == "reward":
             if kl.controller == "adaptive":
@@ -80,7 +82,11 @@ class AdvantageStage:
             sample_weights=self.rows.sample_weights(batch),
         )
         result = compute_advantages(plan.estimator, inputs, **plan.estimator_params)
-        batch = batch.assign(rewards=rewards, advantages=result.advantages, returns=result.returns)
+        advantages = result.advantages
+        if self.teacher is not None:  # on-policy distillation (teacher.py)
+            advantages, distill = distilled_advantages(batch, advantages, self.teacher)
+            metrics |= distill
+        batch = batch.assign(rewards=rewards, advantages=advantages, returns=result.returns)
         metrics |= batch_metrics(batch)
         if plan.pf_ppo is not None:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step)

@@ -7,7 +7,8 @@ Two signs, each counted over consecutive steps:
   teaches nothing (or only its KL and entropy terms act). Logged per step:
   ``signal/groups_with_spread``, the share of prompts whose samples' ``scores`` are not all
   equal (with one sample per prompt, 1 when the batch's scores differ at all, else 0; a step
-  that dynamic sampling left empty counts as 0).
+  that dynamic sampling left empty counts as 0). Not a warning when a distillation teacher
+  scores every token (its terms teach whatever the scores).
 - Failing tools (agent runs): ``agent/tool_error_rate``, the share of the step's tool calls
   that came back as errors, above ``trainer.collapse_tool_error_rate``.
 
@@ -58,8 +59,13 @@ class CollapseWatch:
     """``check`` after every step: returns the step's signal metrics, warns at ``steps`` in
     a row (0: never), and sets ``stopped`` to the warning when ``stop`` is set."""
 
-    def __init__(self, steps: int, tool_error_rate: float, stop: bool) -> None:
+    def __init__(
+        self, steps: int, tool_error_rate: float, stop: bool, per_token_signal: bool = False
+    ) -> None:
+        """``per_token_signal``: the run has a signal of its own on every token (a
+        distillation teacher), so equal scores within groups are no warning."""
         self.steps, self.tool_error_rate, self.stop = steps, tool_error_rate, stop
+        self.per_token_signal = per_token_signal
         self.without_spread = 0
         self.with_tool_errors = 0
         self.stopped: str | None = None
@@ -73,7 +79,8 @@ class CollapseWatch:
             "signal/groups_with_spread": spread,
             "signal/steps_without_spread": float(self.without_spread),
         }
-        self._warn_at(step, self.without_spread, NO_SIGNAL.format(steps=self.without_spread))
+        if not self.per_token_signal:
+            self._warn_at(step, self.without_spread, NO_SIGNAL.format(steps=self.without_spread))
         rate = metrics.get("agent/tool_error_rate")
         if rate is not None:
             failing = rate > self.tool_error_rate

@@ -17,6 +17,7 @@ from ascent.rollout.engine_settings import GenerationDtype, knob
 from ascent.rollout.types import SamplingParams
 from ascent.trainer.rl.presets import PRESETS
 from ascent.trainer.rl.rewards import RewardModelSettings
+from ascent.trainer.rl.teacher import TeacherSettings
 from ascent.trainer.settings import ResourcesConfig, RunSettings
 from ascent.trainer.tracking import TrackingConfig
 from ascent.workers.config import RolloutCorrectionSettings
@@ -41,7 +42,12 @@ class RolloutSettings(Strict):
     # The engine's own declarations; per rank, wider than a server's default batch.
     max_num_seqs: int = knob("max_num_seqs", default=256)
     kv_cache_bytes: int | None = knob("kv_cache_bytes")
-    dtype: GenerationDtype = knob("dtype")
+    dtype: GenerationDtype = knob(
+        "dtype",
+        description="Generation dtype; auto: actor.fsdp.param_dtype when it is set "
+        "(trainer and generator then round alike: float16 in both is the smallest mismatch "
+        "short of float32), else bfloat16 on CUDA and float32 on CPU, as the actor's None.",
+    )
     cuda_graphs: bool = knob("cuda_graphs")
     resources: ResourcesConfig | None = Field(
         None, description="Own devices for the rollout; None: colocated with the actor."
@@ -221,7 +227,8 @@ class RLTrainerSettings(RunSettings):
         3,
         ge=0,
         description="Stop after this many steps in a row whose update was skipped for "
-        "a non-finite loss or gradient (their batches are saved); 0: never stop.",
+        "a non-finite loss or gradient (their batches are saved); 0: never stop. float16 "
+        "loss-scale overflows do not count (<role>/loss_scale_skipped).",
     )
     log_generations: int = Field(
         4, ge=0, description="Generations per step written to generations.jsonl."
@@ -293,6 +300,9 @@ class RLConfig(Strict):
     )
     judge: JudgeConfig | None = Field(
         None, description="An LLM endpoint grading responses (JudgeConfig)."
+    )
+    teacher: TeacherSettings | None = Field(
+        None, description="On-policy distillation from a frozen teacher (TeacherSettings)."
     )
     trainer: RLTrainerSettings = Field(
         RLTrainerSettings(), description="The loop (RLTrainerSettings)."

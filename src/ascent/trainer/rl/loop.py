@@ -25,6 +25,9 @@ def learn(run: RLRun, batch: Batch, step: int) -> tuple[Batch, dict[str, float]]
             batch = batch.union(run.reference.log_probs(batch))
     elif run.plan.reference:  # LoRA: adapters off
         batch = batch.union(run.actor.ref_log_probs(batch))
+    if run.teacher is not None:  # on-policy distillation: the teacher scores the samples
+        with run.timer("teacher"):
+            batch = batch.union(run.teacher.log_probs(batch))
     if run.critic is not None:
         with run.timer("values"):
             batch = batch.union(run.critic.values(batch))

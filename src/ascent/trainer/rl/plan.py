@@ -20,6 +20,7 @@ from ascent.trainer.rl.plan_checks import (
     check_rollout_ranks,
     check_router_replay,
     check_sequence_parallel,
+    check_teacher,
 )
 from ascent.trainer.rl.presets import PRESETS, Preset
 from ascent.trainer.rl.validation import ValSampling, val_sampling
@@ -63,6 +64,7 @@ class Plan:
         roles = ["actor", "rollout"] + ["reference"] * self.reference + ["critic"] * self.critic
         roles += ["implicit_prm"] * self.implicit_prm
         roles += ["reward_model"] * (config.reward_model is not None)
+        roles += ["teacher"] * (config.teacher is not None and config.teacher.model is not None)
         extras = []
         if self.dynamic_sampling:
             extras.append(f"dynamic sampling ({config.algorithm.max_generation_rounds} rounds)")
@@ -110,6 +112,8 @@ class Plan:
                 f"  implicit PRM: beta {p.beta}, trained {p.update} scoring, "
                 f"{p.epochs_per_step} epoch(s) x {self.prm_mini_batches} optimiser step(s)"
             )
+        if config.teacher is not None:
+            lines.append(config.teacher.describe())
         if self.validation.n > 1 or self.validation.temperature > 0:
             lines.append(self.validation.describe())
         return "\n".join(lines)
@@ -140,6 +144,7 @@ def make_plan(config: RLConfig) -> Plan:
     check_sequence_parallel(config, needs)
     check_router_replay(config)
     check_engine(config)
+    check_teacher(config)
     return Plan(
         estimator=estimator,
         estimator_params=estimator_params,

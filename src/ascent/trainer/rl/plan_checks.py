@@ -14,7 +14,9 @@ from ascent.algos.losses import POLICY_LOSSES
 from ascent.algos.needs import Needs
 from ascent.config import ConfigError
 from ascent.engine.config import FSDPConfig, ModelConfig
+from ascent.models.loading import load_tokenizer
 from ascent.moe.checkpoint import expert_count
+from ascent.teacher.vocab import check_shared_vocabulary
 from ascent.trainer.rl.config import RLConfig
 
 
@@ -224,3 +226,36 @@ def check_router_replay(config: RLConfig) -> None:
     checkpoint = checkpoint_config(config.model.path)
     if checkpoint is not None and expert_count(checkpoint) == 0:
         raise ConfigError(f"{field}: {config.model.path} is a dense model (nothing to replay)")
+
+
+def check_teacher(config: RLConfig) -> None:
+    """What a teacher needs of the run, refused before any worker starts: a local teacher's
+    tokenizer shares the student's vocabulary (an endpoint's is probed when it starts), an
+    endpoint scores at temperature 1, and the top-k forward KL runs without sequence
+    parallelism."""
+    teacher = config.teacher
+    if teacher is None:
+        return
+    if teacher.endpoint is not None and config.rollout.temperature != 1.0:
+        raise ConfigError(
+            f"teacher.endpoint scores tokens at temperature 1, but rollout.temperature="
+            f"{config.rollout.temperature}: the student's and teacher's log-probs would be "
+            "of different distributions; sample at 1, or use a local teacher.model"
+        )
+    if teacher.forward_kl_top_k and config.actor.sequence_parallel > 1:
+        raise ConfigError(
+            "teacher.forward_kl_top_k scores the teacher's top-k tokens at every position, "
+            "which is not split over actor.sequence_parallel ranks: set it to 0 or "
+            "actor.sequence_parallel to 1"
+        )
+    if teacher.model is not None:
+        student = load_tokenizer(
+            config.model.path, trust_remote_code=config.model.trust_remote_code
+        )
+        theirs = load_tokenizer(
+            teacher.model.path, trust_remote_code=teacher.model.trust_remote_code
+        )
+        try:
+            check_shared_vocabulary(student, theirs, f"teacher.model.path={teacher.model.path}")
+        except ValueError as error:
+            raise ConfigError(str(error)) from error

@@ -13,10 +13,11 @@ from ascent.workers import (
     ReferenceConfig,
     ReferenceWorker,
 )
-from ascent.workers.config import ImplicitPRMConfig
+from ascent.workers.config import ImplicitPRMConfig, TeacherConfig
 from ascent.workers.implicit_prm import ImplicitPRMWorker
 from ascent.workers.reward_model import RewardModelWorker
 from ascent.workers.rollout import RolloutConfig, RolloutWorker
+from ascent.workers.teacher import TeacherWorker
 
 
 def actor_config(config: RLConfig, plan: Plan) -> ActorConfig:
@@ -44,6 +45,7 @@ def actor_config(config: RLConfig, plan: Plan) -> ActorConfig:
         mini_batches=plan.actor_mini_batches,
         tokens_per_micro_batch=a.tokens_per_micro_batch,
         sequence_parallel=a.sequence_parallel,
+        distill=config.teacher.loss_settings() if config.teacher is not None else None,
     )
 
 
@@ -92,6 +94,21 @@ def reference_config(config: RLConfig) -> ReferenceConfig:
     )
 
 
+def teacher_worker_config(config: RLConfig, vocab_size: int) -> TeacherConfig:
+    """The local teacher's worker config: frozen, no LoRA, at the rollout's temperature; its
+    top-k drawn from the student's ``vocab_size`` ids."""
+    teacher = config.teacher
+    model = teacher.model.model_copy(update={"lora": None, "gradient_checkpointing": False})
+    return TeacherConfig(
+        model=model,
+        fsdp=teacher.fsdp,
+        tokens_per_micro_batch=teacher.tokens_per_micro_batch,
+        temperature=config.rollout.temperature,
+        top_k=teacher.top_k,
+        vocab_limit=vocab_size,
+    )
+
+
 def rollout_config(config: RLConfig, colocated: bool, longest_prompt: int) -> RolloutConfig:
     """The rollout role's config. Its engines hold ``longest_prompt`` (the longest prompt the
     run loaded, at most ``data.max_prompt_length``) + ``rollout.max_response_length`` tokens
@@ -121,7 +138,7 @@ def rollout_config(config: RLConfig, colocated: bool, longest_prompt: int) -> Ro
         max_num_seqs=r.max_num_seqs,
         max_model_len=prompt_room + r.max_response_length,
         kv_cache_bytes=r.kv_cache_bytes,
-        dtype=r.dtype,
+        dtype=generation_dtype_of(config),
         free_cache_after_generate=colocated and not background,
         cuda_graphs=r.cuda_graphs,
         background=background,
@@ -129,10 +146,24 @@ def rollout_config(config: RLConfig, colocated: bool, longest_prompt: int) -> Ro
     )
 
 
-def spawn_roles(config: RLConfig, plan: Plan, longest_prompt: int) -> dict[str, WorkerGroup]:
-    """actor (+ reference, critic, implicit PRM, and the rollout and reward model when
-    colocated) on the main pool; the rollout and the reward model each on its own pool when
-    its ``resources`` are set. ``longest_prompt``: tokens of the run's longest prompt."""
+def generation_dtype_of(config: RLConfig) -> str:
+    """``rollout.dtype``, its auto resolved to the actor's compute dtype when that is set:
+    a float16 actor beside a bfloat16 generator would bring back the rounding mismatch that
+    float16 removes (``auto`` alone means bfloat16 on CUDA, as the actor's unset dtype)."""
+    param_dtype = config.actor.fsdp.param_dtype
+    if config.rollout.dtype == "auto" and param_dtype is not None:
+        return param_dtype
+    return config.rollout.dtype
+
+
+def spawn_roles(
+    config: RLConfig, plan: Plan, longest_prompt: int, vocab_size: int
+) -> dict[str, WorkerGroup]:
+    """actor (+ reference, critic, implicit PRM, and the rollout, reward model and a local
+    teacher when colocated) on the main pool; the rollout, the reward model and the teacher
+    each on its own pool when its ``resources`` are set. ``longest_prompt``: tokens of the
+    run's longest prompt; ``vocab_size``: the student tokenizer's (the teacher's top-k
+    candidates)."""
     colocated = config.rollout.resources is None
     # The ranks that split a sequence are one replica: they are given the same rows.
     split = config.actor.sequence_parallel
@@ -150,6 +181,11 @@ def spawn_roles(config: RLConfig, plan: Plan, longest_prompt: int) -> dict[str, 
     scorer = config.reward_model
     if scorer is not None and scorer.resources is None:
         roles["reward_model"] = Role(RewardModelWorker, args=(scorer.worker_config(),))
+    teacher = config.teacher if config.teacher is not None and config.teacher.model else None
+    if teacher is not None:
+        teacher_role = Role(TeacherWorker, args=(teacher_worker_config(config, vocab_size),))
+        if teacher.resources is None:
+            roles["teacher"] = teacher_role
     options = {
         "backend": config.resources.backend,
         "ray_address": config.resources.ray_address,
@@ -164,6 +200,8 @@ def spawn_roles(config: RLConfig, plan: Plan, longest_prompt: int) -> dict[str, 
     if scorer is not None and scorer.resources is not None:
         role = Role(RewardModelWorker, args=(scorer.worker_config(),))
         own_devices.append(("reward_model", role, scorer.resources))
+    if teacher is not None and teacher.resources is not None:
+        own_devices.append(("teacher", teacher_role, teacher.resources))
     try:
         for name, role, own in own_devices:
             separate = spawn_groups(

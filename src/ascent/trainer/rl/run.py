@@ -8,11 +8,12 @@ from pathlib import Path
 from ascent.batch import Batch
 from ascent.config import dump_config
 from ascent.controller import WorkerGroup
-from ascent.data.rl import PromptStream
+from ascent.data.rl import prompt_stream
 from ascent.models.loading import load_tokenizer
 from ascent.rewards.judge import Judge
 from ascent.rewards.manager import RewardManager
 from ascent.rollout import sync_weights
+from ascent.teacher.endpoint import EndpointTeacher
 from ascent.trainer.capacity import check_local_capacity
 from ascent.trainer.checkpoint_parts import restore_rng, save_run_parts
 from ascent.trainer.checkpoints import Checkpoints
@@ -60,7 +61,7 @@ class RLRun:
         # Before anything is written: a checkpoint is verified, a used directory refused.
         self.begin = start_run(self.run_dir, self.checkpoints, cfg.resume)
         dump_config(config, self.run_dir / "config.yaml")
-        self.stream = PromptStream(train, shuffle=config.data.shuffle, seed=config.data.seed)
+        self.stream = prompt_stream(train, config.data, config.rollout.samples_per_prompt)
         per_epoch = max(1, len(train) // config.data.prompts_per_step)
         self.total_steps = cfg.total_steps or per_epoch * cfg.epochs
         function_rewards = RewardManager(config.reward, self.tokenizer)  # checked before spawning
@@ -82,17 +83,30 @@ class RLRun:
         """The workers and what the loop reads: after every check that needs none of them."""
         config, cfg = self.config, self.config.trainer
         self.algorithm = AdvantageStage(
-            self.plan, config.algorithm.kl, config.rollout.max_response_length, cfg.seed, self.rows
+            self.plan,
+            config.algorithm.kl,
+            config.rollout.max_response_length,
+            cfg.seed,
+            self.rows,
+            config.teacher,
         )
         self.weight_version = self.begin.state.get("weight_version", 0)  # updates given
         self.nonfinite = NonFiniteGuard(cfg.max_consecutive_nonfinite, self.run_dir / "nonfinite")
         self.collapse = CollapseWatch(
-            cfg.collapse_steps, cfg.collapse_tool_error_rate, cfg.stop_on_collapse
+            cfg.collapse_steps,
+            cfg.collapse_tool_error_rate,
+            cfg.stop_on_collapse,
+            per_token_signal=config.teacher is not None,
         )
         longest = max(len(p.prompt_ids) for p in [*train, *self.val_prompts])
-        self.groups = spawn_roles(config, self.plan, longest)
+        self.groups = spawn_roles(config, self.plan, longest, len(self.tokenizer))
         self.actor, self.rollout = self.groups["actor"], self.groups["rollout"]
         self.critic, self.reference = self.groups.get("critic"), self.groups.get("reference")
+        self.teacher = self.groups.get("teacher")  # a local teacher; else its endpoint
+        if config.teacher is not None and config.teacher.endpoint is not None:
+            self.teacher = EndpointTeacher(
+                config.teacher.endpoint, config.teacher.top_k, self.tokenizer
+            )
         self.implicit_prm = self.groups.get("implicit_prm")
         rm = self.groups.get("reward_model")
         self.rewards = RunRewards(function_rewards, config.reward_model, self.tokenizer, rm, judge)
@@ -114,7 +128,7 @@ class RLRun:
             self.plan,
             self.rollout,
             self.stream,
-            Scoring(self.rewards, self.rows, self.timer),
+            Scoring(self.rewards, self.rows, self.timer, self.stream.observe),
             pad_id=self.pad_id,
             weight_version=lambda: self.weight_version,
             total_steps=self.total_steps,
@@ -224,6 +238,8 @@ class RLRun:
     def close(self) -> None:
         self.tracker.close()
         self.rewards.close()
+        if isinstance(self.teacher, EndpointTeacher):  # its client and event loop
+            self.teacher.close()
         self._shutdown_groups()
 
     def _shutdown_groups(self) -> None:

@@ -35,12 +35,18 @@ class Stateless:
         pass
 
 
+Observe = Callable[[Batch, torch.Tensor | None], dict[str, float]]
+
+
 class Scoring:
     """Rewards of generated rows, then what the row kind makes of them (an episode's outcome
-    shared by its rows); the scorers' counts and the row kind's metrics go to ``metrics``."""
+    shared by its rows); the scorers' counts and the row kind's metrics go to ``metrics``.
+    ``observe`` (the prompt stream's) learns from every scored round, in step order."""
 
-    def __init__(self, rewards: Any, rows: Any, times: StageTimes) -> None:
-        self.rewards, self.rows, self.times = rewards, rows, times
+    def __init__(
+        self, rewards: Any, rows: Any, times: StageTimes, observe: Observe | None = None
+    ) -> None:
+        self.rewards, self.rows, self.times, self.observe = rewards, rows, times, observe
 
     def __call__(self, batch: Batch, metrics: defaultdict) -> Batch:
         metrics.update(self.rows.generated_metrics(batch))
@@ -49,6 +55,8 @@ class Scoring:
             batch = self.rows.after_scoring(batch)
         for key, value in counts.items():
             metrics[key] += value
+        if self.observe is not None:  # before any filter: dead groups are evidence too
+            metrics.update(self.observe(batch, self.rows.sample_weights(batch)))
         return batch
 
     def baseline(self, batch: Batch, metrics: defaultdict) -> torch.Tensor:

@@ -133,3 +133,22 @@ def test_a_teacher_on_its_own_ray_worker_scores_two_ranks_rows(
     assert train_rl(run)["steps"] == 1
     assert abs(metric(tmp_path, "distill/reverse_kl")[0]) < 1e-4
     assert "teacher" in (tmp_path / "processes.json").read_text()
+
+
+def test_a_teacher_of_another_family_teaches_a_dense_student(
+    tiny_model, tiny_moe, prompts, tmp_path
+):
+    """A mixture-of-experts teacher (the byte tokenizer too) scores a dense student's tokens:
+    the student's log-probs are not the teacher's, and the term trains."""
+    run = config(
+        tiny_model,
+        prompts,
+        tmp_path,
+        "trainer.total_steps=2",
+        f"teacher.model.path={tiny_moe}",
+        "teacher.top_k=4",
+        "teacher.forward_kl_top_k=1",
+    )
+    assert train_rl(run)["steps"] == 2
+    assert abs(metric(tmp_path, "distill/reverse_kl")[0]) > 1e-3
+    assert all(value > 0 for value in metric(tmp_path, "actor/distill_forward_kl_top_k"))

@@ -11,7 +11,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # stays inside its own package. Packages of one layer do not import each other.
 LAYERS = [
     ["errors"],
-    ["importing", "batch", "config", "sandbox"],
+    ["importing", "batch", "config", "sandbox", "http_client"],
     ["algos", "controller", "vision", "distributed"],
     ["moe"],  # a mixture of experts' routing, replay and expert parallelism
     ["engine"],

@@ -23,9 +23,7 @@ names the URL.
 import asyncio
 import json
 import math
-import os
 import re
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +33,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from ascent.engine.config import Strict
 from ascent.errors import InputError
+from ascent.http_client import BackgroundClient, api_key_headers
 
 PLACEHOLDER = re.compile(r"\{(prompt|response|ground_truth)\}")
 
@@ -142,31 +141,15 @@ class Judge:
         self.config, self.reported = config, False
         self.endpoint = f"{config.url.rstrip('/')}/chat/completions"
         self.pattern = re.compile(config.grade_pattern)
-        headers = {}
-        if config.api_key_env is not None:
-            key = os.environ.get(config.api_key_env)
-            if not key:
-                raise InputError(
-                    f"judge.api_key_env={config.api_key_env!r}: that environment variable is not "
-                    "set; export the judge's API key in it, or leave api_key_env out"
-                )
-            headers["Authorization"] = f"Bearer {key}"
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="judge", daemon=True)
-        self.thread.start()
-        slots = config.concurrency  # the connection pool never makes a request wait
-        limits = httpx.Limits(max_connections=slots, max_keepalive_connections=slots)
-        self.client = httpx.AsyncClient(timeout=config.timeout_s, headers=headers, limits=limits)
-
-    def _run(self, coroutine: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+        headers = api_key_headers(config.api_key_env, "judge.api_key_env", "the judge's")
+        self.http = BackgroundClient("judge", config.concurrency, config.timeout_s, headers)
 
     def grade(self, prompts: list[str], responses: list[str], ground_truths: list) -> JudgeGrades:
         requests = [
             self._messages(p, r, t)
             for p, r, t in zip(prompts, responses, ground_truths, strict=True)
         ]
-        outcomes = self._run(self._grade_all(requests))
+        outcomes = self.http.run(self._grade_all(requests))
         unreachable = [reason for _, kind, reason in outcomes if kind == "unreachable"]
         if len(unreachable) == len(outcomes) > 1:
             raise JudgeUnreachable(
@@ -209,7 +192,7 @@ class Judge:
             for _ in range(c.retries + 1):
                 try:
                     async with asyncio.timeout(c.timeout_s):  # the whole reply, body included
-                        reply = await self.client.post(self.endpoint, json=body)
+                        reply = await self.http.client.post(self.endpoint, json=body)
                 except (TimeoutError, httpx.TimeoutException):
                     return math.nan, "timeouts", f"no reply within {c.timeout_s} s"
                 except httpx.TransportError as error:  # refused, reset, closed mid-reply
@@ -250,12 +233,7 @@ class Judge:
         )
 
     def close(self) -> None:
-        if self.loop.is_closed():
-            return
-        self._run(self.client.aclose())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()
+        self.http.close()
 
     def __enter__(self) -> "Judge":
         return self

@@ -24,8 +24,6 @@ spread over the policy's vocabulary and compares each token's text with the poli
 """
 
 import asyncio
-import os
-import threading
 from typing import Any
 
 import httpx
@@ -35,6 +33,7 @@ from pydantic import Field
 from ascent.batch import Batch
 from ascent.engine.config import Strict
 from ascent.errors import InputError
+from ascent.http_client import BackgroundClient, api_key_headers
 from ascent.rollout.types import response_lengths
 from ascent.teacher.vocab import VocabularyMismatch
 
@@ -81,22 +80,10 @@ class EndpointTeacher:
         self.config, self.top_k, self.tokenizer = config, max(top_k, 1), tokenizer
         self.endpoint = f"{config.base_url.rstrip('/')}/completions"
         self.max_tokens = 0  # 1 once a server refuses 0
-        headers = {}
-        if config.api_key_env is not None:
-            key = os.environ.get(config.api_key_env)
-            if not key:
-                raise InputError(
-                    f"teacher.endpoint.api_key_env={config.api_key_env!r}: that environment "
-                    "variable is not set; export the teacher endpoint's API key in it, or leave "
-                    "api_key_env out"
-                )
-            headers["Authorization"] = f"Bearer {key}"
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="teacher", daemon=True)
-        self.thread.start()
-        slots = config.max_concurrency  # the connection pool never makes a request wait
-        limits = httpx.Limits(max_connections=slots, max_keepalive_connections=slots)
-        self.client = httpx.AsyncClient(timeout=config.timeout_s, headers=headers, limits=limits)
+        headers = api_key_headers(
+            config.api_key_env, "teacher.endpoint.api_key_env", "the teacher endpoint's"
+        )
+        self.http = BackgroundClient("teacher", config.max_concurrency, config.timeout_s, headers)
         try:
             self.check_vocabulary()
         except BaseException:
@@ -127,7 +114,7 @@ class EndpointTeacher:
         top_ids = torch.zeros(rows, width, k, dtype=torch.int64)
         top_log_probs = torch.zeros(rows, width, k, dtype=torch.float32)
         scored_rows = [i for i, (_, response) in enumerate(sequences) if response]
-        scored = self._run(self._score_all([sequences[i] for i in scored_rows]))
+        scored = self.http.run(self._score_all([sequences[i] for i in scored_rows]))
         for row, (chosen, top) in zip(scored_rows, scored, strict=True):
             length = len(chosen)
             log_probs[row, :length] = torch.tensor(chosen)
@@ -149,7 +136,7 @@ class EndpointTeacher:
         ids = sorted(set(torch.linspace(0, size - 1, PROBE_SIZE).round().long().tolist()))
         try:
             # K alternatives, though unread: a server that cannot return them says so now
-            logprobs = self._run(self._complete(ids, self.top_k, as_ids=False))
+            logprobs = self.http.run(self._complete(ids, self.top_k, as_ids=False))
         except TeacherEndpointError as refused:
             if refused.status != 400:
                 raise
@@ -186,9 +173,6 @@ class EndpointTeacher:
                 "scores the student's token ids, so both must share a vocabulary: use a "
                 "teacher of the policy's tokenizer family"
             )
-
-    def _run(self, coroutine: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     async def _score_all(
         self, sequences: list[tuple[list[int], list[int]]]
@@ -267,7 +251,7 @@ class EndpointTeacher:
                 await asyncio.sleep(0.5 * 2 ** (attempt - 1))
             try:
                 async with asyncio.timeout(c.timeout_s):  # the whole reply, body included
-                    reply = await self.client.post(self.endpoint, json=body)
+                    reply = await self.http.client.post(self.endpoint, json=body)
             except (TimeoutError, httpx.TimeoutException):
                 failure = f"no reply within timeout_s={c.timeout_s} s"
                 continue
@@ -297,12 +281,7 @@ class EndpointTeacher:
             raise self._bad("a reply that is not JSON", reply.text) from None
 
     def close(self) -> None:
-        if self.loop.is_closed():
-            return
-        self._run(self.client.aclose())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()
+        self.http.close()
 
     def __enter__(self) -> "EndpointTeacher":
         return self

@@ -31,6 +31,12 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return layers
 
 
+def logit_softcap(model: nn.Module) -> float | None:
+    """c of a model that soft-caps its logits to c tanh(l / c) (Gemma's
+    ``final_logit_softcapping``), or None."""
+    return getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+
+
 def embedded(model: nn.Module, extra_inputs: Any, input_ids: Tensor, inputs: dict) -> dict:
     """The forward's token inputs: the ids themselves, or for a model family with its own
     inputs what its ``extra_inputs.embed`` makes of them (a VLM: embeddings with image
@@ -87,7 +93,7 @@ class PolicyModule(nn.Module):
             temperature=temperature,
             chunk_tokens=self.chunk_tokens,
             compute_entropy=compute_entropy,
-            softcap=getattr(lm.config.get_text_config(), "final_logit_softcapping", None),
+            softcap=logit_softcap(lm),
         )
         # Fresh tensors, not views: FSDP2 warns that in-place ops on a view output would
         # bypass its backward hooks.
@@ -157,7 +163,7 @@ class TeacherModule(PolicyModule):
             bias=head.bias,
             temperature=temperature,
             chunk_tokens=self.chunk_tokens,
-            softcap=getattr(lm.config.get_text_config(), "final_logit_softcapping", None),
+            softcap=logit_softcap(lm),
             vocab_limit=self.vocab_limit,
         )
 

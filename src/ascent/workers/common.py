@@ -79,12 +79,14 @@ def policy_forward(
     packed: bool,
     inputs: PackedSequences | None = None,
     targets: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, ...]:
     """Log-probs and entropy (B, R) of the response tokens, from one forward of the
     engine's policy module; ``inputs``: the batch already laid out by ``pack`` (else it is
     laid out here). With sequence parallelism, this rank runs its share of the tokens.
     ``targets`` (M, J): J tokens scored per query instead of the sampled one (the sampled
     token first, then a teacher's top-k): log-probs (B, R, J); not with sequence parallelism.
+    Without sequence parallelism each of the module's outputs comes back laid out so: a
+    ``TeacherModule``'s log-probs (B, R), top ids and top log-probs (B, R, k).
     """
     inputs = inputs if inputs is not None else pack(batch, device, packed)
     module, shard = engine.module, sequence_shard(engine, batch, inputs)
@@ -100,7 +102,7 @@ def policy_forward(
             ulysses=shard.context,
         )
         return inputs.unpack(shard.gather(log_probs)), inputs.unpack(shard.gather(entropy))
-    log_probs, entropy = module(
+    outputs = module(
         inputs.input_ids,
         query_index=inputs.query_index,
         targets=inputs.targets if targets is None else targets,
@@ -108,7 +110,7 @@ def policy_forward(
         attention_mask=inputs.attention_mask,
         **model_inputs(module, batch, inputs, device),
     )
-    return inputs.unpack(log_probs), inputs.unpack(entropy)
+    return tuple(inputs.unpack(output) for output in outputs)
 
 
 def value_forward(engine: TrainEngine, batch: Batch, device: torch.device, packed: bool) -> Tensor:

@@ -11,8 +11,7 @@ from ascent.workers.common import (
     extra_inputs_for,
     load_policy_model,
     micro_batched,
-    model_inputs,
-    pack,
+    policy_forward,
     require,
 )
 from ascent.workers.config import TeacherConfig
@@ -58,18 +57,7 @@ class TeacherWorker(Worker):
         )
 
     def _forward(self, micro: Batch) -> tuple[Tensor, Tensor, Tensor]:
-        inputs = pack(micro, self.device, self.packed)
-        module = self.engine.module
-        log_probs, top_ids, top_log_probs = module(
-            inputs.input_ids,
-            query_index=inputs.query_index,
-            targets=inputs.targets,
-            temperature=self.config.temperature,
-            attention_mask=inputs.attention_mask,
-            **model_inputs(module, micro, inputs, self.device),
+        log_probs, top_ids, top_log_probs = policy_forward(
+            self.engine, micro, self.device, self.config.temperature, self.packed
         )
-        return (
-            inputs.unpack(log_probs.float()),
-            inputs.unpack(top_ids),
-            inputs.unpack(top_log_probs.float()),
-        )
+        return log_probs.float(), top_ids, top_log_probs.float()

@@ -110,7 +110,7 @@ gpu-wheels: $(STAMP)
 	    "pydantic-core==$$($(BIN)/python -c 'import pydantic_core; print(pydantic_core.__version__)')"; \
 	done
 	$(BIN)/python -m pip download --quiet --no-deps -d .whl -c $(CONSTRAINTS) \
-	  pydantic tensordict cloudpickle pyvers annotated-types typing-inspection typing-extensions
+	  pydantic tensordict cloudpickle pyvers annotated-types typing-inspection typing-extensions pebble
 
 gpu-check:
 	bash bench/gpu_check.sh

@@ -55,17 +55,23 @@ def prompts_for(count, seed=0):
     return [torch.randint(0, 250, (int(n),), generator=g).tolist() for n in lengths]
 
 
-def copy_bandwidth(device) -> float:
-    """Measured device-to-device copy bandwidth in bytes/s (read + write of 1 GiB)."""
-    source = torch.empty(2**30, dtype=torch.uint8, device=device)
+def copy_bandwidth(device, nbytes: int = 2**30, repeats: int = 10) -> float:
+    """Measured copy bandwidth within ``device`` in bytes/s (read + write of ``nbytes``)."""
+    source = torch.empty(nbytes, dtype=torch.uint8, device=device)
     target = torch.empty_like(source)
     target.copy_(source)
-    torch.cuda.synchronize()
+    synchronize(device)
     start = time.perf_counter()
-    for _ in range(10):
+    for _ in range(repeats):
         target.copy_(source)
-    torch.cuda.synchronize()
-    return 2 * 10 * source.numel() / (time.perf_counter() - start)
+    synchronize(device)
+    return 2 * repeats * source.numel() / (time.perf_counter() - start)
+
+
+def synchronize(device) -> None:
+    """Wait for the device's queued work (a no-op on the CPU), so that a clock reads it."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
 
 
 def bandwidth_bound(model, concurrency, mean_context, bandwidth) -> float:

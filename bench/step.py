@@ -105,6 +105,7 @@ def run_ascent(args: argparse.Namespace) -> list[dict]:
             "trainer.resume=off",
             "tracking.sinks=[jsonl]",
             "tracking.console_every=1000",
+            *(["actor.fsdp.param_dtype=bfloat16"] if args.precision == "bf16" else []),
         ],
     )
     train_rl(config)
@@ -172,7 +173,7 @@ def run_trl(args: argparse.Namespace) -> list[dict]:
         save_strategy="no",
         report_to="none",
         use_cpu=True,
-        bf16=False,
+        bf16=args.precision == "bf16",  # autocast; float32 weights and optimiser
         seed=0,
         disable_tqdm=True,
     )
@@ -192,10 +193,13 @@ def run_trl(args: argparse.Namespace) -> list[dict]:
 # -- the driver ------------------------------------------------------------------------------
 
 
-def side(python: str, name: str, args: argparse.Namespace, work: Path) -> list[dict]:
+def side(
+    python: str, name: str, precision: str, args: argparse.Namespace, work: Path
+) -> list[dict]:
     out = work / f"{name}-{time.time_ns()}.json"
     command = [python, str(HERE), f"--worker={name}", f"--work={work}", f"--out={out}"]
     command += [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in SHARED]
+    command.append(f"--precision={precision}")
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
     # TRL's venv has no ascent installed: the real task's reward is ascent's own rule, read
     # from this checkout's sources (it needs nothing beyond the standard library).
@@ -227,7 +231,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        default=["fp32"],
+        choices=["fp32", "bf16"],
+        help="run each trainer in each: fp32, or bf16 compute over float32 weights (ascent: "
+        "actor.fsdp.param_dtype=bfloat16, its rollout following; TRL: bf16=True, autocast)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)  # a worker's
     parser.add_argument("--worker", choices=["ascent", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -258,13 +271,18 @@ def main() -> None:
                 seed=0,
             )
         write_prompts(work / "prompts.jsonl", args.prompts * (args.warmup + args.steps))
-        sides = {"ascent": sys.executable}
+        trainers = {"ascent": ("ascent", sys.executable)}
         if args.trl_python:
-            sides["TRL GRPOTrainer"] = args.trl_python
+            trainers["TRL GRPOTrainer"] = ("trl", args.trl_python)
+        sides = {
+            f"{name} {precision}": (worker, python, precision)
+            for precision in args.precisions
+            for name, (worker, python) in trainers.items()
+        }
         measured: dict[str, list[dict]] = {name: [] for name in sides}
-        for _ in range(args.repeats):  # interleaved, so machine noise hits both alike
-            for name, python in sides.items():
-                measured[name] += side(python, "ascent" if name == "ascent" else "trl", args, work)
+        for _ in range(args.repeats):  # interleaved, so machine noise hits all alike
+            for name, (worker, python, precision) in sides.items():
+                measured[name] += side(python, worker, precision, args, work)
     figures = {}
     for name, steps in measured.items():
         seconds = statistics.median(s["seconds"] for s in steps)
@@ -275,13 +293,14 @@ def main() -> None:
             / (args.prompts * args.samples),
             "timed_steps": len(steps),
         }
-    base = figures["ascent"]
+    base = next(iter(figures.values()))
     shape = f"Qwen2-shaped model hidden {args.hidden} x {args.layers} layers"
     print(
         f"{args.prompts} prompts x {args.samples} samples, up to {args.response_length} tokens, "
         f"{args.model or shape}, {args.threads} threads, "
         f"medians of {args.repeats} x {args.steps} steps\n"
     )
+    print(f"(speed-up and tokens/s against {next(iter(figures))})\n")
     print("| trainer | s/step | ascent speed-up | generated tokens/s | vs ascent | mean length |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, f in figures.items():
@@ -292,6 +311,13 @@ def main() -> None:
             f"{f['tokens_per_s']:.0f} | {f['tokens_per_s_vs_ascent']:.2f}x | "
             f"{f['mean_response_tokens']:.1f} |"
         )
+    if args.trl_python:
+        print("\n| precision | ascent s / TRL s |")
+        print("|---|---:|")
+        for precision in args.precisions:
+            ours = figures[f"ascent {precision}"]["seconds_per_step"]
+            theirs = figures[f"TRL GRPOTrainer {precision}"]["seconds_per_step"]
+            print(f"| {precision} | {ours / theirs:.2f}x |")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "figures": figures}, indent=1))
 

@@ -122,5 +122,21 @@ def test_padded_micro_batches_count_padding():
     tokens = [10, 9, 2, 2]
     assert plan_micro_batches(tokens, budget=20, padded=True) == [[0, 1], [2, 3]]
     assert plan_micro_batches(tokens, budget=20) == [[0, 1], [2, 3]]
-    assert plan_micro_batches([10, 2, 2, 2], budget=20, padded=True) == [[0, 1], [2, 3]]
+    # Padded, the long row goes alone: 10 + 3 x 2 padded tokens, not 2 x 10 + 2 x 2.
+    assert plan_micro_batches([10, 2, 2, 2], budget=20, padded=True) == [[0], [1, 2, 3]]
     assert plan_micro_batches([10, 2, 2, 2], budget=20) == [[0, 1, 2, 3]]
+
+
+def test_padded_micro_batches_group_rows_of_similar_length():
+    """Two lengths (a tool episode and a direct answer): one micro-batch would pad 64 rows to
+    130 tokens (8,320); grouped by length they cost 32 x 130 + 32 x 35 (5,280), which saves
+    more than a micro-batch's overhead. Rows of one length stay together."""
+    tokens = [130 if row % 2 else 35 for row in range(64)]
+    plan = plan_micro_batches(tokens, budget=8192, padded=True)
+    assert sorted(plan) == [list(range(0, 64, 2)), list(range(1, 64, 2))]
+    assert plan_micro_batches([30] * 64, budget=8192, padded=True) == [list(range(64))]
+    # Never over the budget, whatever the lengths; every row exactly once.
+    lengths = [(row * 37) % 200 + 1 for row in range(300)]
+    plan = plan_micro_batches(lengths, budget=2000, padded=True)
+    assert sorted(row for rows in plan for row in rows) == list(range(300))
+    assert all(len(rows) * max(lengths[r] for r in rows) <= 2000 for rows in plan)

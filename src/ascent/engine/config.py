@@ -70,6 +70,13 @@ class OptimConfig(Strict):
     grad_clip: float | None = Field(
         1.0, gt=0, description="Clip the global gradient norm to this (None: report only)."
     )
+    implementation: Literal["auto", "fused", "foreach", "for-loop"] = Field(
+        "auto",
+        description="How AdamW runs: auto (torch's choice: foreach on CUDA, for-loop on the "
+        "CPU), fused (one kernel over all parameters; CPU and CUDA), foreach (a few kernels "
+        "per parameter group) or for-loop (one parameter at a time). The same update up to "
+        "rounding (float32: about 1e-8 apart).",
+    )
 
 
 class LossScaleSettings(Strict):

@@ -40,6 +40,13 @@ from ascent.engine.ulysses import ATTENTION as ULYSSES_ATTENTION
 from ascent.engine.weights import iter_full_weights, weight_layout
 from ascent.moe.expert_parallel import shard_experts
 
+# OptimConfig.implementation as torch's AdamW arguments.
+ADAMW_IMPLEMENTATIONS = {
+    "auto": {},
+    "fused": {"fused": True},
+    "foreach": {"foreach": True},
+    "for-loop": {"foreach": False},
+}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -132,6 +139,7 @@ class TrainEngine:
                 betas=optim.betas,
                 eps=optim.eps,
                 weight_decay=optim.weight_decay,
+                **ADAMW_IMPLEMENTATIONS[optim.implementation],
             )
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
                 self.optimizer, lambda step: lr_multiplier(step, optim)

@@ -9,35 +9,31 @@ agree on the largest count, and the others split until they have as many.
 import torch
 import torch.distributed as dist
 
+# What one more padded micro-batch costs beyond its tokens, in tokens: a forward and backward
+# has a fixed cost (kernel launches, Python per layer), so a split must save more padding than
+# this. About the fixed cost of a small model's pass on a CPU; for a large model it is a few
+# tokens' worth, so this errs towards fewer micro-batches there.
+MICRO_BATCH_OVERHEAD_TOKENS = 256
+
 
 def plan_micro_batches(
     tokens: list[int], budget: int, min_count: int = 1, padded: bool = False
 ) -> list[list[int]]:
-    """Row indices per micro-batch: at most ``budget`` tokens each (a longer row goes alone),
-    first-fit decreasing; then the heaviest micro-batch is halved until there are at least
-    ``min_count`` (needs that many rows). Indices are in ascending order within each.
+    """Row indices per micro-batch: at most ``budget`` tokens each (a longer row goes alone);
+    then the heaviest micro-batch is halved until there are at least ``min_count`` (needs
+    that many rows). Indices are in ascending order within each.
 
-    ``padded``: a micro-batch costs rows x its longest row (the padded layout), not the sum.
+    Packed (``padded`` False): a micro-batch costs the sum of its rows' tokens; first-fit
+    decreasing. Padded: it costs rows x its longest row, so rows of similar length go
+    together: ``padded_plan`` cuts the rows sorted by length where that minimises the padded
+    tokens plus ``MICRO_BATCH_OVERHEAD_TOKENS`` per micro-batch.
     """
     if budget < 1:
         raise ValueError(f"tokens_per_micro_batch must be >= 1, got {budget}")
     if min_count > len(tokens):
         raise ValueError(f"cannot make {min_count} micro-batches from {len(tokens)} rows")
-    bins: list[list[int]] = []
-    loads: list[int] = []
-    for row in sorted(range(len(tokens)), key=lambda r: (-tokens[r], r)):
-        # Sorted longest first: a bin's first row is its longest.
-        if padded:
-            cost = [(len(b) + 1) * tokens[b[0]] for b in bins]
-        else:
-            cost = [load + tokens[row] for load in loads]
-        target = next((b for b in range(len(bins)) if cost[b] <= budget), None)
-        if target is None:
-            bins.append([row])
-            loads.append(tokens[row])
-        else:
-            bins[target].append(row)
-            loads[target] += tokens[row]
+    bins = padded_plan(tokens, budget) if padded else first_fit_plan(tokens, budget)
+    loads = [sum(tokens[row] for row in b) for b in bins]
     while len(bins) < min_count:
         heaviest = max((b for b in range(len(bins)) if len(bins[b]) > 1), key=lambda b: loads[b])
         rows = bins.pop(heaviest)
@@ -51,6 +47,49 @@ def plan_micro_batches(
         bins.extend(halves)
         loads.extend(half_loads)
     return [sorted(b) for b in bins]
+
+
+def first_fit_plan(tokens: list[int], budget: int) -> list[list[int]]:
+    """Rows longest first, each into the first micro-batch whose token sum stays within
+    ``budget`` (a new one if none)."""
+    bins: list[list[int]] = []
+    loads: list[int] = []
+    for row in sorted(range(len(tokens)), key=lambda r: (-tokens[r], r)):
+        target = next((b for b in range(len(bins)) if loads[b] + tokens[row] <= budget), None)
+        if target is None:
+            bins.append([row])
+            loads.append(tokens[row])
+        else:
+            bins[target].append(row)
+            loads[target] += tokens[row]
+    return bins
+
+
+def padded_plan(tokens: list[int], budget: int) -> list[list[int]]:
+    """The padded micro-batches of least cost: rows sorted longest first, cut into runs.
+
+    A run of rows i..k-1 (sorted) costs (k - i) x tokens[i] + MICRO_BATCH_OVERHEAD_TOKENS and
+    must fit ``budget`` (a single row always may). Dynamic programming over the cut points:
+    best[k] = min over i of best[i] + cost(i, k), O(rows x rows per micro-batch).
+    """
+    order = sorted(range(len(tokens)), key=lambda r: (-tokens[r], r))
+    length = [tokens[row] for row in order]
+    best = [0] + [None] * len(order)
+    cut = [0] * (len(order) + 1)
+    for end in range(1, len(order) + 1):
+        for start in range(end - 1, -1, -1):
+            rows = end - start
+            if rows > 1 and rows * length[start] > budget:
+                break  # longer runs starting earlier hold longer rows: over budget too
+            cost = best[start] + rows * length[start] + MICRO_BATCH_OVERHEAD_TOKENS
+            if best[end] is None or cost < best[end]:
+                best[end], cut[end] = cost, start
+    bins = []
+    end = len(order)
+    while end:
+        bins.append(order[cut[end] : end])
+        end = cut[end]
+    return bins[::-1]
 
 
 def synchronized_micro_batches(

@@ -17,6 +17,14 @@ room for every episode's conversation, so that episodes waiting for their tools 
 context cached. Sandbox: --sandbox-calls Python programs (``print(sum(range(1000)))``)
 through a pool of --sandbox-workers, and the same one at a time.
 
+Rendering: what appending a turn costs the event loop's thread (``Conversation.add_messages``:
+the chat template's renderings and the tokenizing of their tail) at turn 2..T of
+conversations of --render-turns turns, each turn --turn-tokens printable sampled tokens and
+the tool's short answer: rendering the opening and the turn only (``ascent.agents.locality``)
+against rendering the whole history every turn (as before; forced here by reporting the
+template not local). Timed per turn, averaged over 32 conversations, median of --repeats; and
+the characters the template rendered for the last turn.
+
 Gateway: the same episodes played by an outside agent (``ascent.gateway``): each an
 ``openai.AsyncOpenAI`` client (on one shared connection pool) against its own session's
 ``base_url``, --turns chat calls of
@@ -24,7 +32,7 @@ Gateway: the same episodes played by an outside agent (``ascent.gateway``): each
 time (so every call continues the last one in tokens). Against the agent loop, its rate is
 what HTTP, JSON and the chat route cost on top of the loop's work.
 
-    .venv/bin/python bench/agent.py [--json PATH]
+    .venv/bin/python bench/agent.py [--render-turns 4 16] [--json PATH]
 """
 
 import argparse
@@ -35,16 +43,20 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
+import ascent.agents.conversation as conversation_module
+from ascent.agents.conversation import Conversation
 from ascent.agents.environment import Environment, Step
+from ascent.agents.locality import local_roles
 from ascent.agents.loop import AgentLimits, run_episodes
 from ascent.models import build_tiny_model, load_causal_lm, load_tokenizer
 from ascent.rollout.engine import NativeEngine
 from ascent.rollout.engine_settings import EngineLimits
 from ascent.rollout.native_backend import NativeBackend
-from ascent.rollout.protocol import render_chat
+from ascent.rollout.protocol import TokenOut, render_chat
 from ascent.rollout.types import SamplingParams
 from ascent.sandbox.isolation import isolation
 from ascent.sandbox.pool import SandboxPool
@@ -114,8 +126,8 @@ class FixedTurns:
     def __init__(self, backend) -> None:
         self.backend = backend
 
-    async def generate(self, token_ids, params):
-        out = await self.backend.generate(token_ids, params)
+    async def generate(self, token_ids, params, images=None):
+        out = await self.backend.generate(token_ids, params, images=images)
         if out.finish_reason == "length":
             out = dataclasses.replace(out, finish_reason="stop")
         return out
@@ -211,6 +223,44 @@ def gateway_agent(backend, episodes, turns, tokens):
     return generated / seconds, calls / seconds, samples
 
 
+def render_costs(tokenizer, turns, tokens, repeats):
+    """Per mode (short: the opening and the turn rendered; whole: the whole history), the
+    median over ``repeats`` of the mean seconds per ``add_messages`` at turns 2..``turns``
+    of 32 conversations, and the characters rendered for the last turn."""
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    sampled = [*tokenizer("x" * tokens, add_special_tokens=False)["input_ids"], end]
+    out = TokenOut(sampled, [0.0] * len(sampled), "stop", [0] * len(sampled))
+    tool = [{"role": "tool", "content": "12345"}]
+    render, rendered = conversation_module.render_chat, []
+
+    def counted(*args, **kwargs):
+        text = render(*args, **kwargs)
+        rendered.append(len(text))
+        return text
+
+    def play(index):
+        conversation = Conversation(tokenizer, [{"role": "user", "content": f"question {index}"}])
+        seconds = 0.0
+        for turn in range(turns):
+            if turn:
+                rendered.clear()
+                start = time.perf_counter()
+                conversation.add_messages(tool)
+                seconds += time.perf_counter() - start
+            conversation.add_assistant(out)
+        return seconds / (turns - 1)
+
+    figures = {}
+    for mode, roles in (("whole", lambda *_: frozenset()), ("short", local_roles)):
+        with mock.patch.object(conversation_module, "local_roles", roles):
+            with mock.patch.object(conversation_module, "render_chat", counted):
+                play(0)
+            characters = sum(rendered)
+            runs = [statistics.mean(play(i) for i in range(32)) for _ in range(repeats)]
+        figures[mode] = {"seconds_per_turn": statistics.median(runs), "characters": characters}
+    return figures
+
+
 def sandbox(calls, workers):
     code = "print(sum(range(1000)))"
     pool = SandboxPool(workers)
@@ -236,6 +286,7 @@ def main():
     parser.add_argument("--sandbox-calls", type=int, default=64)
     parser.add_argument("--sandbox-workers", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--render-turns", type=int, nargs="+", default=[4, 16])
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     args = parser.parse_args()
 
@@ -266,6 +317,9 @@ def main():
         tokenizer=tokenizer,
     )
     backend = NativeBackend(engine, tokenizer)
+    renders = {
+        t: render_costs(tokenizer, t, args.turn_tokens, args.repeats) for t in args.render_turns
+    }
     total = args.turns * args.turn_tokens
     runs = {
         "single": [],
@@ -342,6 +396,18 @@ def main():
         f"{prefill['prefilled_per_later_turn']:.2f} tokens prefilled, "
         f"{prefill['new_per_later_turn']:.2f} new to the context"
     )
+    print(
+        f"\n{'appending a turn':<18} {'whole: us/turn':>15} {'short: us/turn':>15} {'ratio':>6} "
+        f"{'whole: chars':>13} {'short: chars':>13}"
+    )
+    for count, cost in renders.items():
+        whole, short = cost["whole"], cost["short"]
+        ratio = whole["seconds_per_turn"] / short["seconds_per_turn"]
+        print(
+            f"{f'{count} turns':<18} {whole['seconds_per_turn'] * 1e6:>15.0f} "
+            f"{short['seconds_per_turn'] * 1e6:>15.0f} {ratio:>5.2f}x "
+            f"{whole['characters']:>13} {short['characters']:>13}"
+        )
     print(f"\n{isolation().describe()}")
     print(f"{'sandbox':<28} {'calls/s':>10}")
     print(f"{f'pool of {args.sandbox_workers}':<28} {median['pooled']:>10.1f}")
@@ -361,6 +427,7 @@ def main():
             "gateway_vs_agent": outside,
             "gateway_samples_per_episode": samples,
             "prefill": prefill,
+            "render": {str(count): cost for count, cost in renders.items()},
             "runs": runs,
         }
         Path(args.json).write_text(json.dumps(figures, indent=1))

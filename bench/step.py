@@ -116,6 +116,9 @@ def run_ascent(args: argparse.Namespace) -> list[dict]:
             "seconds": r["timing_s/step"],
             "tokens": r["response_length/mean"] * samples,
             "score": r["critic/score/mean"],
+            # rollout against trainer log-probs, k3 per token (0: the same numbers)
+            "mismatch_kl": r.get("rollout/mismatch_kl"),
+            "mismatch_max_abs": r.get("actor/rollout_mismatch_max_abs"),
         }
         for r in records
         if "timing_s/step" in r
@@ -293,6 +296,10 @@ def main() -> None:
             / (args.prompts * args.samples),
             "timed_steps": len(steps),
         }
+        mismatch = [s["mismatch_kl"] for s in steps if s.get("mismatch_kl") is not None]
+        if mismatch:
+            figures[name]["mismatch_kl"] = statistics.median(mismatch)
+            figures[name]["mismatch_max_abs"] = max(s["mismatch_max_abs"] for s in steps)
     base = next(iter(figures.values()))
     shape = f"Qwen2-shaped model hidden {args.hidden} x {args.layers} layers"
     print(
@@ -318,6 +325,13 @@ def main() -> None:
             ours = figures[f"ascent {precision}"]["seconds_per_step"]
             theirs = figures[f"TRL GRPOTrainer {precision}"]["seconds_per_step"]
             print(f"| {precision} | {ours / theirs:.2f}x |")
+    ours = [name for name in figures if "mismatch_kl" in figures[name]]
+    if ours:
+        print("\n| ascent | rollout/mismatch_kl (median) | largest abs log-ratio |")
+        print("|---|---:|---:|")
+        for name in ours:
+            f = figures[name]
+            print(f"| {name} | {f['mismatch_kl']:.2e} | {f['mismatch_max_abs']:.3f} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "figures": figures}, indent=1))
 

@@ -8,8 +8,10 @@ turn), the tokens to append are the template's own text between the two, found b
     A      = render(history, generation prompt)          what came before the turn
     H      = render(history + [assistant S])             the turn as the template writes it
     N      = render(history + [assistant S] + M, generation prompt)
-    tail   = H[len(A) + len(S):]   if H starts with A + S  (e.g. the "\\n" after <|im_end|>)
-    append   tokenize(tail + N[len(H):])   if N starts with H   (mask 0)
+    append   tokenize(N[len(A) + len(S):])   if H starts with A + S and N starts with H
+
+with mask 0: what the template writes after the turn (e.g. the "\\n" after <|im_end|>), M,
+and the next assistant header.
 
 The assistant message in the history carries S verbatim as its content (without the end token,
 and with any tool calls left in the text), so the template writes the turn as it was sampled.
@@ -32,6 +34,14 @@ inference. ``on_drift`` says what happens then:
   tokens past that point (such as a dropped ``<think>``) leave the sample. If the difference
   falls inside the prompt, a new sample starts as above.
 
+Rendered short: where the template is local (``ascent.agents.locality``: it writes a turn
+and what follows it the same after any history), A, H and N come from the opening messages,
+the turn and M alone, and give the same checks and the same tokens to append; a turn then
+costs as much at turn 20 as at turn 2. The whole history is rendered, as above, for a
+template the check finds not local, for a conversation that shows images or a role the check
+did not show it, and for a turn whose short renderings fail the checks (drift is decided,
+and handled, on the whole rendering).
+
 Nothing here re-tokenizes sampled text.
 """
 
@@ -40,9 +50,11 @@ from typing import Any
 
 from ascent.agents.config import DriftMode
 from ascent.agents.images import ImageTokens, message_images, template_messages
+from ascent.agents.locality import local_roles
 from ascent.agents.trajectory import Trajectory
 from ascent.data.chat import render_chat
 from ascent.rollout.protocol import TokenOut
+from ascent.vision.prompts import IMAGE_PART_TYPES
 
 
 class Conversation:
@@ -59,12 +71,19 @@ class Conversation:
         self.tokenizer, self.tools, self.on_drift = tokenizer, tools or None, on_drift
         self.images = images  # None: the model takes no images
         self.messages = list(messages)
-        self._prompt_text = self._render(self.messages, generation=True)
+        self._opening = list(messages)
+        self._opening_text = self._render(self.messages, generation=True)
+        # A of the next turn, the whole history rendered; None after a turn rendered short
+        self._prompt_text: str | None = self._opening_text
+        # what the locality check was not shown: images anywhere, roles after the opening
+        self._pictured = _shows_images(self.messages)
+        self._roles: set[str] = set()
+        self._local_roles: frozenset[str] | None = None  # the check's, once a turn asks
         urls = self._images(self.messages)
-        self.samples = [Trajectory(self.encode(self._prompt_text, urls), images=urls)]
+        self.samples = [Trajectory(self.encode(self._opening_text, urls), images=urls)]
         self.drifts = 0
         self.sampled_image_token = False  # a turn sampled it: no turn may follow
-        self._turn: tuple[str, str] | None = None  # (text before the turn, sampled text)
+        self._sampled: str | None = None  # the last turn's sampled text, until M follows it
         self._special = set(getattr(tokenizer, "all_special_ids", []))
 
     @property
@@ -94,12 +113,14 @@ class Conversation:
     def add_assistant(self, out: TokenOut) -> dict:
         """Append a sampled turn exactly; returns its assistant message, whose content is the
         sampled text without the end-of-turn token."""
-        if self._turn is not None:
+        if self._sampled is not None:
             raise RuntimeError("two assistant turns in a row: add the messages between them")
         self.current.add_sampled(out.token_ids, out.log_probs, out.weight_versions)
         if self.images is not None and self.images.token_id in out.token_ids:
             self.sampled_image_token = True
-        text = self.tokenizer.decode(out.token_ids, skip_special_tokens=False)
+        # Two decodes, not one and a cut: a tokenizer may decode an end token differently
+        # after text than alone (slow SentencePiece ones put a space before it).
+        self._sampled = self.tokenizer.decode(out.token_ids, skip_special_tokens=False)
         ends_turn = out.token_ids and out.token_ids[-1] in self._special
         content_ids = out.token_ids[:-1] if ends_turn else out.token_ids
         message = {
@@ -107,29 +128,60 @@ class Conversation:
             "content": self.tokenizer.decode(content_ids, skip_special_tokens=False),
         }
         self.messages.append(message)
-        self._turn = (self._prompt_text, text)
         return message
 
     def add_messages(self, messages: list[dict]) -> None:
         """Append the template's tokens for ``messages`` and the next assistant header after
         the last assistant turn (handling drift as configured)."""
-        if self._turn is None:
+        if self._sampled is None:
             raise RuntimeError("add_messages needs an assistant turn before it")
         if self.sampled_image_token:
             raise ValueError("a turn sampled the image token: no turn may follow it")
-        before, sampled = self._turn
-        history = self._render(self.messages, generation=False)
+        sampled, self._sampled = self._sampled, None
+        turn = len(self.messages) - 1  # the sampled turn's message
         self.messages += messages
-        self._prompt_text = self._render(self.messages, generation=True)
-        self._turn = None
-        turn_start = before + sampled
-        if history.startswith(turn_start) and self._prompt_text.startswith(history):
-            tail = history[len(turn_start) :] + self._prompt_text[len(history) :]
+        self._pictured = self._pictured or _shows_images(messages)
+        self._roles.update(message.get("role") for message in messages)
+        tail = None
+        if self._renders_short(turn):
+            short = self._opening + self.messages[turn:]
+            tail, _ = self._tail(short, len(self._opening), self._opening_text, sampled)
+        if tail is not None:
+            self._prompt_text = None  # rendered when a turn needs the whole history
+        else:  # the whole conversation decides
+            before = self._prompt_text
+            if before is None:
+                before = self._render(self.messages[:turn], generation=True)
+            tail, self._prompt_text = self._tail(self.messages, turn, before, sampled)
+        if tail is not None:
             urls = self._images(messages)
             self.current.add_rendered(self.encode(tail, urls), urls)
             return
         self.drifts += 1
         self._after_drift()
+
+    def _renders_short(self, turn: int) -> bool:
+        """Whether the turn at ``messages[turn]`` may be rendered with the opening messages
+        alone before it (module docstring)."""
+        if turn == len(self._opening) or self._pictured:  # the first turn: the same renderings
+            return False
+        if self._local_roles is None:
+            self._local_roles = local_roles(self.tokenizer, self.tools)
+        return self._roles <= self._local_roles
+
+    def _tail(
+        self, messages: list[dict], turn: int, before: str, sampled: str
+    ) -> tuple[str | None, str]:
+        """The text to append after the sampled turn ``messages[turn]`` (None: the template
+        drifts) and N, from ``messages`` rendered (module docstring: ``before`` is A)."""
+        after = self._render(messages, generation=True)
+        turn_start = before + sampled
+        # N starts with A + S whenever H does and N starts with H: render H only then.
+        if after.startswith(turn_start):
+            history = self._render(messages[: turn + 1], generation=False)
+            if history.startswith(turn_start) and after.startswith(history):
+                return after[len(turn_start) :], after
+        return None, after
 
     def _after_drift(self) -> None:
         urls = self._images(self.messages)
@@ -148,3 +200,12 @@ class Conversation:
                 self.current.add_rendered(target[common:], urls[kept:])
                 return
         self.samples.append(Trajectory(target, images=urls))
+
+
+def _shows_images(messages: list[dict]) -> bool:
+    return any(
+        part.get("type") in IMAGE_PART_TYPES
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+    )

@@ -1,9 +1,14 @@
 """The tools quickstart's pieces: demonstrations train exactly the assistant's turns (the
 tool's answer is context, not a target), and the score reads the final answer, not the
-tool's output."""
+tool's output; and (slow) the whole quickstart on one seed."""
+
+import json
+
+import pytest
 
 from ascent.data.sft import chat_example
 from ascent.models.tiny import build_byte_tokenizer
+from ascent.quickstart.tools_run import run_tools_quickstart
 from ascent.quickstart.tools_task import compute_score, demonstration, multiply, tool_call
 
 
@@ -67,3 +72,16 @@ def test_the_competence_prompts_force_each_half_of_the_tool_path():
     assert call.endswith("123*45=<|im_end|>\n<|im_start|>assistant\n<tool_call>")
     assert copy.endswith("<|im_start|>tool\n5535<|im_end|>\n<|im_start|>assistant\n")
     assert tool_call((123, 45)) in copy
+
+
+@pytest.mark.learning
+@pytest.mark.slow
+def test_the_tools_quickstart_learns_to_use_the_tool(tmp_path):
+    """The whole quickstart, seed 0 (about 6 minutes on 2 cores): on the AMD EPYC of the
+    README's table it gained +88.2 points (11.2% -> 99.4%) and tool use rose from 12% to
+    100%; seeds 0-7 gained at least +80. The assertions: the quickstart's own promise (+30,
+    which leaves room for other CPUs' floating point), tool use rising, and no collapse."""
+    assert run_tools_quickstart(seed=0, out_dir=str(tmp_path)) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["gain_points"] >= 30 and summary["collapsed"] is None
+    assert summary["tool_use_after"] > summary["tool_use_before"] + 0.3

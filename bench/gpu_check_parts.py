@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from rollout import copy_bandwidth, synchronize  # bench/ is on the path
+from machine import copy_bandwidth, matmul_peak, synchronize  # bench/ is on the path
+from step import TIMED_RUN, write_prompts
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -117,21 +118,6 @@ def random_prompts(count: int, lengths: list[int], vocab: int, seed: int = 0) ->
         torch.randint(0, vocab, (lengths[i % len(lengths)],), generator=g).tolist()
         for i in range(count)
     ]
-
-
-def matmul_peak(device: str, size: int, repeats: int = 10) -> float:
-    """FLOP/s of a size^3 matmul in the generation dtype (bf16 on CUDA, fp32 on the CPU)."""
-    dtype = generation_dtype(device)
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    for _ in range(2):
-        a @ b
-    synchronize(device)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    synchronize(device)
-    return 2 * size**3 * repeats / (time.perf_counter() - start)
 
 
 # -- the parts ----------------------------------------------------------------------------
@@ -245,15 +231,8 @@ def grpo_overrides(shape: Shape, device: str, work: Path) -> list[str]:
         "resources.backend=in-process",
         f"trainer.run_dir={work / 'run'}",
         f"trainer.total_steps={shape.grpo_warmup + shape.grpo_steps}",
-        "trainer.val_every=0",
-        "trainer.val_at_start=false",
         "trainer.save_every=0",
-        "trainer.export=false",
-        "trainer.progress_bar=false",
-        "trainer.log_generations=0",
-        "trainer.resume=off",
-        "tracking.sinks=[jsonl]",
-        "tracking.console_every=1000",
+        *TIMED_RUN,
     ]
 
 
@@ -269,9 +248,8 @@ def grpo(shape: Shape, device: str) -> dict:
     from ascent.models.tiny import build_byte_tokenizer, save_initialised
     from ascent.trainer.rl.config import RLConfig
     from ascent.trainer.rl.loop import train_rl
-    from step import write_prompts
 
-    peak = matmul_peak(device, shape.matmul_size, repeats=25)
+    peak = matmul_peak(device, shape.matmul_size, generation_dtype(device), repeats=25)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         tokenizer = build_byte_tokenizer()

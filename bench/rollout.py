@@ -27,6 +27,7 @@ from ascent.rollout.engine import NativeEngine
 from ascent.rollout.engine_settings import EngineLimits
 from ascent.rollout.hf_engine import TransformersEngine
 from ascent.rollout.types import SamplingParams
+from machine import copy_bandwidth  # bench/ is on the path
 
 SAMPLES_PER_PROMPT = 8
 VOCAB = 259
@@ -53,25 +54,6 @@ def prompts_for(count, seed=0):
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(64, 193, (count,), generator=g)
     return [torch.randint(0, 250, (int(n),), generator=g).tolist() for n in lengths]
-
-
-def copy_bandwidth(device, nbytes: int = 2**30, repeats: int = 10) -> float:
-    """Measured copy bandwidth within ``device`` in bytes/s (read + write of ``nbytes``)."""
-    source = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    target = torch.empty_like(source)
-    target.copy_(source)
-    synchronize(device)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        target.copy_(source)
-    synchronize(device)
-    return 2 * repeats * source.numel() / (time.perf_counter() - start)
-
-
-def synchronize(device) -> None:
-    """Wait for the device's queued work (a no-op on the CPU), so that a clock reads it."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
 
 
 def bandwidth_bound(model, concurrency, mean_context, bandwidth) -> float:

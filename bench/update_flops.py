@@ -25,8 +25,9 @@ plus causal attention 4 n_heads d_head sum_r T_r (T_r + 1) / 2; the head 2 M V H
 response positions; a backward is twice its forward. AdamW reads the parameter, gradient and
 both moments and writes three of them: 28 bytes per float32 parameter.
 
-Peaks, measured in the same run with the same threads: a 2048 x 2048 x 2048 matmul in float32
-and in bfloat16 (medians of 5) and a 256 MiB copy (bytes read + written / s).
+Peaks, measured in the same run with the same threads (``machine``): a 2048 x 2048 x 2048
+matmul in float32 and in bfloat16 and a 256 MiB copy (bytes read + written / s), 5 repeats
+each after a warm-up.
 
     .venv/bin/python bench/update_flops.py [--settings fp32 fused bf16] [--json PATH]
 """
@@ -42,6 +43,10 @@ import time
 from pathlib import Path
 
 import torch
+
+from ascent.batch import Batch
+from machine import copy_bandwidth, matmul_peak  # bench/ is on the path
+from train_step import make_batch as train_step_batch
 
 HERE = Path(__file__).resolve()
 
@@ -76,26 +81,14 @@ def smollm2_shape(directory: str) -> str:
     return directory
 
 
-def measure_peaks(repeats: int = 5) -> dict:
-    def median_seconds(run) -> float:
-        run()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
-
-    size = 2048
-    peaks = {}
-    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-        peaks[f"matmul_{name}_flops"] = 2 * size**3 / median_seconds(lambda a=a, b=b: a @ b)
-    source = torch.ones(64 * 2**20)  # 256 MiB
-    target = torch.empty_like(source)
-    seconds = median_seconds(lambda: target.copy_(source))
-    peaks["copy_bytes_per_s"] = 2 * source.numel() * 4 / seconds
-    return peaks
+def measure_peaks() -> dict:
+    """The machine's peaks on the CPU (``machine``): matmuls of 2048³ in float32 and
+    bfloat16, and a 256 MiB copy."""
+    return {
+        "matmul_fp32_flops": matmul_peak("cpu", 2048, torch.float32, repeats=5),
+        "matmul_bf16_flops": matmul_peak("cpu", 2048, torch.bfloat16, repeats=5),
+        "copy_bytes_per_s": copy_bandwidth("cpu", 2**28, repeats=5),
+    }
 
 
 def model_flops(config, row_lengths: list[int], responses: int) -> dict:
@@ -165,20 +158,13 @@ class PhaseClock:
 
 
 def make_batch(rows: int, prompt: int, response: int, vocab: int):
-    from ascent.batch import Batch
-
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, vocab, (rows, prompt + response), generator=generator)
-    return Batch.from_dict(
-        {
-            "input_ids": ids,
-            "attention_mask": torch.ones(rows, prompt + response, dtype=torch.long),
-            "responses": ids[:, prompt:],
-            "response_mask": torch.ones(rows, response, dtype=torch.long),
-            "advantages": torch.randn(rows, response, generator=generator),
-            "old_log_probs": -torch.rand(rows, response, generator=generator) * 5,
-        }
-    )
+    """``train_step.py``'s random batch, with old log-probs (one optimiser step: on-policy
+    would make them the update's own; any values exercise the same work)."""
+    shape = argparse.Namespace(rows=rows, prompt=prompt, response=response, vocab=vocab)
+    batch = train_step_batch(shape)
+    generator = torch.Generator().manual_seed(1)
+    old = -torch.rand(rows, response, generator=generator) * 5
+    return batch.union(Batch.from_dict({"old_log_probs": old}))
 
 
 def merged(base: dict, overrides: dict) -> dict:

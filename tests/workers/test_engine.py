@@ -71,3 +71,38 @@ def test_a_non_finite_gradient_skips_the_step(tiny_model):
         after = actor.full_weights()[0]
     assert metrics["actor/skipped_steps"] == 1.0
     assert all(torch.equal(before[k], after[k]) for k in before), "no update was made"
+
+
+def test_every_adamw_implementation_makes_the_same_update(tiny_model):
+    """optim.implementation picks torch's AdamW kernel (fused, foreach, for-loop, or torch's
+    own choice) over FSDP2's sharded parameters; every one moves the weights the same way,
+    up to float32 rounding, which Adam's normalisation magnifies where a gradient is near
+    zero: within a thousandth of the learning rate (measured: 4.4e-6 at lr 1e-2)."""
+    updated = {}
+    for implementation in ("auto", "fused", "foreach", "for-loop"):
+        torch.manual_seed(0)
+        trained = TrainEngine(
+            PolicyModule(load_causal_lm(tiny_model)),
+            device=torch.device("cpu"),
+            fsdp=FSDPConfig(),
+            optim=OptimConfig(lr=1e-2, implementation=implementation),
+        )
+        defaults = trained.optimizer.defaults
+        expected = {"fused": (True, None), "foreach": (None, True), "for-loop": (None, False)}
+        assert (defaults["fused"], defaults["foreach"]) == expected.get(
+            implementation, (None, None)
+        )
+        ids = torch.arange(12).view(1, 12) % 50
+        for _ in range(2):
+            log_probs, _ = trained.module(
+                ids, position_ids=torch.arange(12).view(1, 12), query_index=torch.arange(11),
+                targets=ids[0, 1:],
+            )  # fmt: skip
+            trained.backward(-log_probs.mean())
+            assert not trained.step().skipped
+        updated[implementation] = dict(trained.full_weights())
+    start = load_causal_lm(tiny_model).state_dict()
+    for implementation, weights in updated.items():
+        for name, tensor in weights.items():
+            torch.testing.assert_close(tensor, updated["auto"][name], rtol=0, atol=1e-5)
+        assert any(not torch.equal(t, start[n]) for n, t in weights.items()), implementation

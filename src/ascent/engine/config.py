@@ -75,7 +75,7 @@ class OptimConfig(Strict):
         description="How AdamW runs: auto (torch's choice: foreach on CUDA, for-loop on the "
         "CPU), fused (one kernel over all parameters; CPU and CUDA), foreach (a few kernels "
         "per parameter group) or for-loop (one parameter at a time). The same update up to "
-        "rounding (float32: about 1e-8 apart).",
+        "float32 rounding, which Adam's normalisation magnifies where a gradient is near zero.",
     )
 
 

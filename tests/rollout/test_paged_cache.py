@@ -186,18 +186,22 @@ def test_the_cpu_attention_kernel_equals_gathered_attention(
     # A prefill of 40 tokens after 0-50 cached ones (two chunks of queries in the kernel).
     prefill = torch.tensor([0, 5, 16, 40, 50])[:, None] + torch.arange(40)
     scale = 0.3 if window else None  # a family's own scale, or 1/sqrt(dim)
-    for positions in (decode, prefill):
-        q = torch.randn(batch, heads, positions.shape[1], dim, generator=g)
+    # Every row (a work item per sequence, all its KV heads), then one row alone (so few
+    # items that the kernel splits them by KV head to keep its threads busy).
+    cases = [(decode, batch), (prefill, batch), (decode[3:4], 1), (prefill[3:4], 1)]
+    for positions, rows in cases:
+        q = torch.randn(rows, heads, positions.shape[1], dim, generator=g)
+        row_tables = tables[3:4] if rows == 1 else tables
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
             got = kernels.paged_attention(
-                q, k_pool, v_pool, tables, positions, scale=scale, window=window
+                q, k_pool, v_pool, row_tables, positions, scale=scale, window=window
             )
         finally:
             torch.set_num_threads(before)
         expected = paged_attention.attend_gathered(
-            q, k_pool, v_pool, tables, positions, scale=scale, window=window
+            q, k_pool, v_pool, row_tables, positions, scale=scale, window=window
         )
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     assert kernels.paged_attention(q.double(), k_pool, v_pool, tables, positions) is None

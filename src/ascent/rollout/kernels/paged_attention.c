@@ -6,10 +6,17 @@
 // tables (B, width) block ids; positions (B, T): each query's position, so it reads the keys
 // at positions 0..positions[b, t] where they lie (no gather), or with a sliding window W > 0
 // only positions[b, t] - W < k <= positions[b, t]; out (B, H, T, Dv). Query head h
-// reads KV head h / (H / KV), as grouped-query attention does. Per (sequence, KV head) and
-// chunk of queries: the scores of its query heads over every key they see, their softmax
-// (max subtracted), then the weighted sum of the values. A key is read once per chunk, for
-// all the chunk's queries (T = 1 is a decode step; T > 1 a prefill after cached context).
+// reads KV head h / (H / KV), as grouped-query attention does. Per sequence and chunk of
+// queries: the scores of its query heads over every key they see, their softmax (max
+// subtracted), then the weighted sum of the values. A key is read once per chunk, for all the
+// chunk's queries (T = 1 is a decode step; T > 1 a prefill after cached context).
+//
+// Memory, not arithmetic, bounds a long decode step: a layer's keys and values are read from
+// DRAM once per step, 4 KB per block and head, in blocks scattered over the pool. Measured on
+// a 2-core AMD EPYC (bench/attention_kernel.py's notes), scattered 4 KB reads stream at about
+// 13 GB/s and longer runs at about 30; so a chunk reads every KV head of a block before the
+// next block (a block's heads lie side by side, one run of KV x 4 KB), and asks for the next
+// block's keys and this block's values (read in the second pass) while it computes scores.
 //
 // Both products are register-tiled: ROW_TILE score rows (query head x query token) share
 // each load of a key column or a value row, and their partial sums (LANE keys, or LANE
@@ -118,13 +125,20 @@ static inline int64_t first_key(int64_t position, int64_t window) {
     return first > 0 ? first : 0;
 }
 
-// Queries t0..t0+count-1 of one (sequence, KV head): group heads each. The chunk reads the
-// blocks from the one holding its earliest visible key (``base``) to its furthest query;
-// score row r holds keys base..length-1.
+// Asks for ``floats`` floats from ``p`` on, a cache line at a time, without waiting for them.
+static inline void prefetch(const float *p, int64_t floats) {
+    for (int64_t at = 0; at < floats; at += 64 / sizeof(float)) __builtin_prefetch(p + at);
+}
+
+// Queries t0..t0+count-1 of one sequence, KV heads kv_head0..kv_head0+head_count-1 (group
+// query heads each). The chunk reads the blocks from the one holding its earliest visible
+// key (``base``) to its furthest query, every KV head of a block before the next block (a
+// block's heads lie side by side: one stream); score row r = j * count + (t - t0) for the
+// chunk's j-th query head holds keys base..length-1.
 static void one_chunk(const float *q, const float *k_pool, const float *v_pool,
                       const int64_t *table, const int64_t *positions, int t0, int count,
-                      int tokens, int group, int kv_heads, int kv_head, int key_dim,
-                      int value_dim, int block_size, float scale, int64_t window,
+                      int tokens, int group, int kv_heads, int kv_head0, int head_count,
+                      int key_dim, int value_dim, int block_size, float scale, int64_t window,
                       float *scores, float *out) {
     const int64_t key_head_stride = (int64_t)block_size * key_dim;  // a block's keys, one head
     const int64_t value_head_stride = (int64_t)block_size * value_dim;
@@ -137,7 +151,8 @@ static void one_chunk(const float *q, const float *k_pool, const float *v_pool,
     const int64_t first_block = base / block_size;
     base = first_block * block_size;
     const int64_t span = length - base;
-    const int rows = group * count;  // score row r = j * count + (t - t0): head j, query t
+    const int head_rows = group * count;  // score rows per KV head
+    const int rows = head_rows * head_count;
     for (int r = 0; r < rows; r++) {
         int j = r / count, t = t0 + r % count;
         float *acc = out + ((int64_t)j * tokens + t) * value_dim;
@@ -145,18 +160,27 @@ static void one_chunk(const float *q, const float *k_pool, const float *v_pool,
     }
     for (int64_t start = base, n = first_block; start < length; start += block_size, n++) {
         int64_t keys_here = length - start < block_size ? length - start : block_size;
-        const float *keys = k_pool + (table[n] * kv_heads + kv_head) * key_head_stride;
-        for (int r0 = 0; r0 < rows; r0 += ROW_TILE) {
-            int tile = rows - r0 < ROW_TILE ? rows - r0 : ROW_TILE;
-            const float *queries[ROW_TILE];
-            float *row_scores[ROW_TILE];
-            for (int i = 0; i < ROW_TILE; i++) {
-                int r = r0 + (i < tile ? i : tile - 1);  // a short tile repeats its last row
-                int j = r / count, t = t0 + r % count;
-                queries[i] = q + ((int64_t)j * tokens + t) * key_dim;
-                row_scores[i] = scores + (int64_t)r * span + (start - base);
+        for (int hk = 0; hk < head_count; hk++) {
+            const int64_t head = table[n] * kv_heads + kv_head0 + hk;
+            const float *keys = k_pool + head * key_head_stride;
+            if (start + block_size < length)
+                prefetch(k_pool + (table[n + 1] * kv_heads + kv_head0 + hk) * key_head_stride,
+                         key_head_stride);
+            prefetch(v_pool + head * value_head_stride, value_head_stride);
+            const int last_row = (hk + 1) * head_rows;
+            for (int r0 = hk * head_rows; r0 < last_row; r0 += ROW_TILE) {
+                int tile = last_row - r0 < ROW_TILE ? last_row - r0 : ROW_TILE;
+                const float *queries[ROW_TILE];
+                float *row_scores[ROW_TILE];
+                for (int i = 0; i < ROW_TILE; i++) {
+                    int r = r0 + (i < tile ? i : tile - 1);  // a short tile repeats its last row
+                    int j = r / count, t = t0 + r % count;
+                    queries[i] = q + ((int64_t)j * tokens + t) * key_dim;
+                    row_scores[i] = scores + (int64_t)r * span + (start - base);
+                }
+                block_scores(queries, tile, keys, key_dim, block_size, keys_here, scale,
+                             row_scores);
             }
-            block_scores(queries, tile, keys, key_dim, block_size, keys_here, scale, row_scores);
         }
     }
     for (int r = 0; r < rows; r++) {
@@ -178,18 +202,22 @@ static void one_chunk(const float *q, const float *k_pool, const float *v_pool,
     }
     for (int64_t start = base, n = first_block; start < length; start += block_size, n++) {
         int64_t keys_here = length - start < block_size ? length - start : block_size;
-        const float *values = v_pool + (table[n] * kv_heads + kv_head) * value_head_stride;
-        for (int r0 = 0; r0 < rows; r0 += ROW_TILE) {
-            int tile = rows - r0 < ROW_TILE ? rows - r0 : ROW_TILE;
-            const float *weights[ROW_TILE];
-            float *outs[ROW_TILE];
-            for (int i = 0; i < ROW_TILE; i++) {
-                int r = r0 + (i < tile ? i : tile - 1);
-                int j = r / count, t = t0 + r % count;
-                weights[i] = scores + (int64_t)r * span + (start - base);
-                outs[i] = out + ((int64_t)j * tokens + t) * value_dim;
+        for (int hk = 0; hk < head_count; hk++) {
+            const int64_t head = table[n] * kv_heads + kv_head0 + hk;
+            const float *values = v_pool + head * value_head_stride;
+            const int last_row = (hk + 1) * head_rows;
+            for (int r0 = hk * head_rows; r0 < last_row; r0 += ROW_TILE) {
+                int tile = last_row - r0 < ROW_TILE ? last_row - r0 : ROW_TILE;
+                const float *weights[ROW_TILE];
+                float *outs[ROW_TILE];
+                for (int i = 0; i < ROW_TILE; i++) {
+                    int r = r0 + (i < tile ? i : tile - 1);
+                    int j = r / count, t = t0 + r % count;
+                    weights[i] = scores + (int64_t)r * span + (start - base);
+                    outs[i] = out + ((int64_t)j * tokens + t) * value_dim;
+                }
+                block_values(weights, tile, values, value_dim, keys_here, outs);
             }
-            block_values(weights, tile, values, value_dim, keys_here, outs);
         }
     }
 }
@@ -205,9 +233,13 @@ int paged_attention_f32(const float *q, const float *k_pool, const float *v_pool
     const int group = heads / kv_heads;
     const int chunks = (tokens + QUERY_CHUNK - 1) / QUERY_CHUNK;
     int failed = 0;
+    // A work item is (sequence, query chunk) with every KV head, unless that leaves threads
+    // idle (one sequence on several threads): then (sequence, KV head, query chunk).
+    const int split = (int64_t)batch * chunks < 2 * threads ? kv_heads : 1;
+    const int head_count = kv_heads / split;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) collapse(3)
     for (int b = 0; b < batch; b++) {
-        for (int h = 0; h < kv_heads; h++) {
+        for (int part = 0; part < split; part++) {
             for (int c = 0; c < chunks; c++) {
                 const int64_t *row_positions = positions + (int64_t)b * tokens;
                 int t0 = c * QUERY_CHUNK;
@@ -219,16 +251,17 @@ int paged_attention_f32(const float *q, const float *k_pool, const float *v_pool
                     base = first < base ? first : base;
                 }
                 int64_t span = length - base / block_size * block_size;
-                float *scores = malloc(sizeof(float) * group * count * span);
+                float *scores = malloc(sizeof(float) * group * head_count * count * span);
                 if (scores == NULL) {
                     failed = 1;
                     continue;
                 }
-                int64_t head = (int64_t)b * heads + (int64_t)h * group;
+                int kv_head0 = part * head_count;
+                int64_t head = (int64_t)b * heads + (int64_t)kv_head0 * group;
                 one_chunk(q + head * tokens * key_dim, k_pool, v_pool,
                           tables + (int64_t)b * width, row_positions, t0, count, tokens, group,
-                          kv_heads, h, key_dim, value_dim, block_size, scale, window, scores,
-                          out + head * tokens * value_dim);
+                          kv_heads, kv_head0, head_count, key_dim, value_dim, block_size, scale,
+                          window, scores, out + head * tokens * value_dim);
                 free(scores);
             }
         }

@@ -33,7 +33,7 @@ from ascent.rollout.admission import Admission
 from ascent.rollout.kv_blocks import block_hash
 from ascent.rollout.kv_cache import PagedKVCache
 from ascent.rollout.requests import EngineRequest
-from ascent.rollout.sampling import distribution, sample, top_alternatives
+from ascent.rollout.sampling import Scratch, distribution, sample, top_alternatives
 from ascent.rollout.sequence import PrefillJob, Running
 from ascent.rollout.types import Sample
 
@@ -67,6 +67,7 @@ class Scheduler:
         self.waiting: deque[PrefillJob] = deque()
         self.admission = Admission(cache, prefill, max_model_len)
         self.preemptions = 0  # sequences sent back to the queue for want of blocks
+        self.sampling_scratch = Scratch()  # the sampler's (B, V) weights, step after step
         # When the most blocks were held: how many, the running sequences' cached tokens
         # (+1: the one this step writes), and how many sequences ran.
         self.peak_usage = {"held_blocks": 0, "live_tokens": 0, "running": 0}
@@ -231,7 +232,7 @@ class Scheduler:
             uniform[torch.tensor(order, device=self.device)] = torch.cat(draws)
         settings = [(r.params.temperature, r.params.top_k, r.params.top_p) for r in requests]
         if len(set(settings)) == 1:
-            return sample(logits, requests[0].params, uniform)
+            return sample(logits, requests[0].params, uniform, self.sampling_scratch)
         tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
         log_probs = torch.empty(len(rows), dtype=torch.float32, device=logits.device)
         for setting in dict.fromkeys(settings):

@@ -28,7 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve()
+# The reward, prompts and timed-run overrides are bench/step.py's (a reward module is loaded
+# by its path in the workers, where bench/ is not importable, so the reward is named by path).
+STEP = Path(__file__).resolve().with_name("step.py")
 MODES = {
     "sync": ("trainer.mode=sync",),
     "one_step_off": ("trainer.mode=one_step_off",),
@@ -45,28 +47,12 @@ MODES = {
 TRAINING = ("old_log_prob", "ref", "values", "adv", "update_critic", "update_actor")
 
 
-def digit_share(data_source, solution_str, ground_truth, extra_info):
-    if not solution_str:
-        return 0.0
-    return sum(c.isdigit() for c in solution_str) / len(solution_str)
-
-
-def write_prompts(path: Path, count: int) -> None:
-    import random
-
-    r = random.Random(0)
-    with open(path, "w") as out:
-        for _ in range(count):
-            prompt = "say " + "".join(r.choice("abcdefgh") for _ in range(8))
-            row = {"data_source": "digits", "prompt": prompt, "reward_model": {"ground_truth": ""}}
-            out.write(json.dumps(row) + "\n")
-
-
 def run_mode(work: Path, mode: str, args: argparse.Namespace) -> list[dict]:
     """One run of ``mode``; per timed step: seconds, tokens, trainer and generator idle."""
     from ascent.config import load_config
     from ascent.trainer.rl.config import RLConfig
     from ascent.trainer.rl.loop import train_rl
+    from step import TIMED_RUN
 
     run_dir = work / f"run-{time.time_ns()}"
     config = load_config(
@@ -82,20 +68,13 @@ def run_mode(work: Path, mode: str, args: argparse.Namespace) -> list[dict]:
             "algorithm.name=grpo",
             "algorithm.kl.mode=none",
             "actor.optim.lr=1e-6",
-            f"reward.function={HERE}:digit_share",
+            f"reward.function={STEP}:digit_share",
             "reward.workers=0",
             "resources.backend=ray",
             "rollout.resources.backend=ray",
             f"trainer.run_dir={run_dir}",
             f"trainer.total_steps={args.warmup + args.steps}",
-            "trainer.val_every=0",
-            "trainer.val_at_start=false",
-            "trainer.export=false",
-            "trainer.progress_bar=false",
-            "trainer.log_generations=0",
-            "trainer.resume=off",
-            "tracking.sinks=[jsonl]",
-            "tracking.console_every=1000",
+            *TIMED_RUN,
             f"rollout.engine={args.engine}",
             *MODES[mode],
         ],
@@ -134,6 +113,7 @@ def main() -> None:
     import ray
 
     from ascent.models import build_tiny_model
+    from step import write_prompts
 
     work = Path(tempfile.mkdtemp(prefix="ascent-bench-async-"))
     build_tiny_model(work / "model", hidden_size=128, layers=4, intermediate_size=512, seed=0)

@@ -5,7 +5,7 @@ block, with top-k and top-p masks, and greedy; its log-probs are the sampling di
 import pytest
 import torch
 
-from ascent.rollout.sampling import BLOCK, distribution, sample
+from ascent.rollout.sampling import BLOCK, Scratch, distribution, sample
 from ascent.rollout.types import SamplingParams
 
 
@@ -46,3 +46,21 @@ def test_greedy_takes_the_argmax_with_its_log_softmax():
     assert torch.equal(tokens, logits.argmax(-1))
     expected = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
     torch.testing.assert_close(log_probs, expected, atol=1e-6, rtol=0)
+
+
+def test_a_kept_buffer_draws_what_a_fresh_one_draws_and_is_reused_while_it_fits():
+    g = torch.Generator().manual_seed(1)
+    scratch = Scratch()
+    params = SamplingParams(temperature=0.8, top_k=50)
+    for rows, vocab in [(16, BLOCK * 2 + 7), (4, BLOCK * 2 + 7), (32, BLOCK * 3)]:
+        logits = torch.randn(rows, vocab, generator=g) * 3
+        uniform = torch.rand(rows, dtype=torch.float64, generator=g)
+        before = scratch.buffer.data_ptr()
+        tokens, log_probs = sample(logits, params, uniform, scratch)
+        fresh_tokens, fresh_log_probs = sample(logits, params, uniform)
+        assert torch.equal(tokens, fresh_tokens) and torch.equal(log_probs, fresh_log_probs)
+        if rows == 4:  # smaller than the 16 rows before it: the same memory
+            assert scratch.buffer.data_ptr() == before
+        assert scratch.buffer.numel() >= rows * vocab
+    scratch.release()
+    assert scratch.buffer.numel() == 0

@@ -30,7 +30,6 @@ from ascent.rollout.engine_settings import (
 )
 from ascent.rollout.kv_cache import PagedKVCache
 from ascent.rollout.requests import EngineRequest
-from ascent.rollout.sampling import Scratch
 from ascent.rollout.scheduler import Scheduler
 from ascent.rollout.scoring import TokenScores, score_tokens
 from ascent.rollout.types import Sample, SamplingParams
@@ -136,7 +135,7 @@ class NativeEngine:
         """Release the KV cache, packed weights and the sampler's buffer (e.g. while the
         trainer runs); ``generate`` wakes it."""
         self.cache.sleep()
-        self.scheduler.sampling_scratch = Scratch()
+        self.scheduler.sampling_scratch.release()
         self.graphs = None  # captured against the freed cache
         self.runner.weights_changed()  # the trainer will change them anyway
 

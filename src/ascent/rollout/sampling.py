@@ -59,6 +59,10 @@ class Scratch:
             self.buffer = torch.empty(count, dtype=torch.float32, device=like.device)
         return self.buffer[:count].view(like.shape)
 
+    def release(self) -> None:
+        """Give the memory back (the engine sleeps); the next ``take`` allocates again."""
+        self.buffer = torch.empty(0)
+
 
 def sample(
     logits: Tensor, params: SamplingParams, uniform: Tensor | None, scratch: Scratch | None = None

@@ -238,7 +238,9 @@ class Scheduler:
         for setting in dict.fromkeys(settings):
             index = [i for i, other in enumerate(settings) if other == setting]
             first = requests[index[0]]
-            tokens[index], log_probs[index] = sample(logits[index], first.params, uniform[index])
+            tokens[index], log_probs[index] = sample(
+                logits[index], first.params, uniform[index], self.sampling_scratch
+            )
         return tokens, log_probs
 
     def _record(self, rows: list[int], logits: Tensor) -> None:

@@ -50,6 +50,14 @@ def test_errors_name_the_key_and_the_nearest_valid_one(tmp_path):
         load_config(SFTConfig, None, [*base, "optimizer.lr=3"])
     with pytest.raises(ConfigError, match=r"optim.lr: .*number"):
         load_config(SFTConfig, None, [*base, "optim.lr=fast"])
+    # the parallel degrees live in one section now: the old keys say where
+    rl = ["model.path=/m", "data.train_files=[t]"]
+    with pytest.raises(
+        ConfigError, match=r"'actor.sequence_parallel'; it moved to parallel.sequence"
+    ):
+        load_config(RLConfig, None, [*rl, "actor.sequence_parallel=2"])
+    with pytest.raises(ConfigError, match=r"'critic.fsdp.expert_parallel'; it moved to parallel"):
+        load_config(RLConfig, None, [*rl, "critic.fsdp.expert_parallel=2"])
     with pytest.raises(ConfigError, match="missing required key 'model'"):
         load_config(SFTConfig, None, ["data.train_files=[t]"])
     with pytest.raises(ConfigError, match="does not exist"):

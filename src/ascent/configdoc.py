@@ -25,6 +25,7 @@ from ascent.engine.config import (
     LossScaleSettings,
     ModelConfig,
     OptimConfig,
+    ParallelConfig,
 )
 from ascent.rewards.judge import JudgeConfig
 from ascent.rewards.manager import RewardConfig
@@ -99,6 +100,7 @@ DOCUMENTED: list[type[BaseModel]] = [
     LoraSettings,
     OptimConfig,
     FSDPConfig,
+    ParallelConfig,
     LossScaleSettings,
     PolicyLossSettings,
     RolloutCorrectionSettings,

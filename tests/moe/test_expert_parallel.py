@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 
 def actor_config(path, expert_parallel):
-    return config(path, tokens_per_micro_batch=30, fsdp={"expert_parallel": expert_parallel})
+    return config(path, tokens_per_micro_batch=30, parallel={"expert": expert_parallel})
 
 
 @pytest.fixture(scope="module")

@@ -90,11 +90,11 @@ def test_the_teacher_section_is_checked_before_any_worker_starts(tiny_model, pro
             "teacher.endpoint.model=m",
             "rollout.temperature=0.7",
         )
-    with pytest.raises(ConfigError, match=r"not split over actor\.sequence_parallel"):
+    with pytest.raises(ConfigError, match=r"not split over actor\.parallel\.sequence or \.tensor"):
         plan(
             f"teacher.model.path={tiny_model}",
             "teacher.forward_kl_top_k=1",
-            "actor.sequence_parallel=2",
+            "actor.parallel.sequence=2",
             "model.packing=packed",
             "resources.devices_per_node=2",
         )

@@ -33,7 +33,7 @@ def test_one_and_two_ranks_make_the_same_updates(tiny_model, prompts, tmp_path, 
             f"trainer.dump_rollouts={dumps}",
         )
     )
-    split = ["model.packing=packed", "actor.sequence_parallel=2", "critic.sequence_parallel=2"]
+    split = ["model.packing=packed", "actor.parallel.sequence=2", "critic.parallel.sequence=2"]
     for name, ranks, extra in [("one", 1, []), ("two", 2, []), ("split", 2, split)]:
         train_rl(
             config(

@@ -40,18 +40,18 @@ def roles(tiny_model, tiny_moe):
             config(
                 tiny_model,
                 model={"path": tiny_model, "packing": PACKED},
-                sequence_parallel=sp,
+                parallel={"sequence": sp},
                 **actor,
             ),
         )
         made[f"lora{sp}"] = (
             ActorWorker,
-            config(tiny_model, model=lora, sequence_parallel=sp, **actor),
+            config(tiny_model, model=lora, parallel={"sequence": sp}, **actor),
         )
         made[f"moe{sp}"] = (
             ActorWorker,
             config(
-                tiny_moe, model={"path": tiny_moe, "packing": PACKED}, sequence_parallel=sp, **actor
+                tiny_moe, model={"path": tiny_moe, "packing": PACKED}, parallel={"sequence": sp}, **actor
             ),
         )
         # experts split over the same two ranks that split the sequences (ep = sp)
@@ -60,8 +60,7 @@ def roles(tiny_model, tiny_moe):
             config(
                 tiny_moe,
                 model={"path": tiny_moe, "packing": PACKED},
-                sequence_parallel=sp,
-                fsdp={"expert_parallel": 2},
+                parallel={"sequence": sp, "expert": 2},
                 **actor,
             ),
         )
@@ -70,23 +69,23 @@ def roles(tiny_model, tiny_moe):
             config(
                 tiny_moe,
                 model={"path": tiny_moe, "packing": PACKED},
-                sequence_parallel=sp,
+                parallel={"sequence": sp},
                 router_replay="rollout",
                 **actor,
             ),
         )
         made[f"ref{sp}"] = (
             ReferenceWorker,
-            ReferenceConfig(model={"path": tiny_model, "packing": PACKED}, sequence_parallel=sp),
+            ReferenceConfig(model={"path": tiny_model, "packing": PACKED}, parallel={"sequence": sp}),
         )
-        made[f"critic{sp}"] = CriticWorker, CriticConfig(**critic, sequence_parallel=sp)
+        made[f"critic{sp}"] = CriticWorker, CriticConfig(**critic, parallel={"sequence": sp})
     return made
 
 
 @pytest.fixture(scope="module")
 def groups(tiny_model, tiny_moe, local_ray):
     specs = {
-        name: Role(cls, args=(cfg,), replica_size=cfg.sequence_parallel)
+        name: Role(cls, args=(cfg,), replica_size=cfg.parallel.replica)
         for name, (cls, cfg) in roles(tiny_model, tiny_moe).items()
     }
     spawned = spawn_groups(specs, ResourcePool(devices_per_node=2), backend="ray")

@@ -91,6 +91,7 @@ def chunk_grad_(
     p_dot_z: Tensor | None,
     grad_lp: Tensor | None,
     grad_ent: Tensor | None,
+    hits: Tensor | None = None,
 ) -> Tensor:
     """Turn one chunk of z (C, V) into dL/dz in place and return it.
 
@@ -99,6 +100,8 @@ def chunk_grad_(
     with p recomputed from the saved logsumexp. At least one of the row gradients is given.
     With J targets per row (``targets`` and ``grad_lp`` (C, J)) the log-prob part is the sum
     over them: -p_j Σ_k g_k + Σ_k g_k 1[j = y_k] (a token named twice is counted twice).
+    ``hits`` (C,) bool: the rows whose target is among z's columns when z holds a slice of
+    the vocabulary (the others get no 1[j = y] term); None: every row's is.
     """
     row_lp = None if grad_lp is None else grad_lp.view(grad_lp.shape[0], -1).sum(1)
     if grad_ent is None:
@@ -110,7 +113,9 @@ def chunk_grad_(
             grad.add_(row_lp[:, None])
         grad.mul_(p).neg_()
     if grad_lp is not None:
-        grad.scatter_add_(1, target_columns(targets), grad_lp.view(grad_lp.shape[0], -1))
+        named = grad_lp.view(grad_lp.shape[0], -1)
+        named = named if hits is None else named * hits[:, None]
+        grad.scatter_add_(1, target_columns(targets), named)
     return grad
 
 

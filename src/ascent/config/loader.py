@@ -97,8 +97,18 @@ def _explain(model: type[BaseModel], error: ValidationError) -> str:
     return "invalid config:\n  " + "\n  ".join(lines)
 
 
+# Keys that moved (their last part -> where they live now, relative to the role).
+MOVED = {
+    "sequence_parallel": "parallel.sequence",
+    "expert_parallel": "parallel.expert (a section of the role, beside fsdp)",
+}
+
+
 def _suggestion(model: type[BaseModel], location: list[str]) -> str:
-    """'; did you mean ...' with the nearest field names at that level of the tree."""
+    """'; did you mean ...' with the nearest field names at that level of the tree (or where
+    a moved key lives now)."""
+    if location[-1] in MOVED:
+        return f"; it moved to {MOVED[location[-1]]}"
     node: Any = model
     for part in location[:-1]:
         field = getattr(node, "model_fields", {}).get(part)

@@ -118,13 +118,46 @@ class FSDPConfig(Strict):
     reshard_after_forward: bool = Field(
         True, description="Free gathered layer weights after forward (re-gathered in backward)."
     )
-    expert_parallel: int = Field(
-        1,
-        ge=1,
-        description="Mixture of experts: split each sparse layer's experts over this many "
-        "ranks (the mesh's ep axis; tokens reach them by all-to-all); must divide the role's "
-        "ranks and the expert count. 1: every rank holds a shard of every expert.",
-    )
     loss_scale: LossScaleSettings = Field(
         LossScaleSettings(), description="float16 only: dynamic loss scaling (LossScaleSettings)."
     )
+
+
+class ParallelConfig(Strict):
+    """How a role's ranks split the model and the work: the axes of one device mesh
+    (``ascent.engine.mesh``). The data-parallel degree is derived: ranks / (tensor x
+    sequence); FSDP shards parameters over every axis but ``tensor``. Checked against the
+    ranks, heads and experts before any worker starts."""
+
+    tensor: int = Field(
+        1,
+        ge=1,
+        description="Tensor parallelism: each layer's weights split over this many ranks "
+        "(DTensor, the model family's plan: attention heads and MLP columns, the "
+        "vocabulary of the embedding and head; norms and the residual stream split by "
+        "sequence). They form one data-parallel replica with the sequence ranks; must "
+        "divide the ranks, the attention and key/value heads and the MLP width.",
+    )
+    sequence: int = Field(
+        1,
+        ge=1,
+        description="Ulysses sequence parallelism: each packed micro-batch's tokens split "
+        "over this many ranks (heads exchanged by all-to-all around attention); needs "
+        "model.packing=packed; must divide the ranks and the attention heads (per tensor "
+        "rank).",
+    )
+    expert: int = Field(
+        1,
+        ge=1,
+        description="Mixture of experts: each sparse layer's experts split over this many "
+        "ranks (tokens reach them by all-to-all); must divide the ranks outside the tensor "
+        "axis and the expert count. 1: every rank holds a shard of every expert.",
+    )
+
+    @property
+    def replica(self) -> int:
+        """Ranks given the same rows: one replica's tensor x sequence ranks."""
+        return self.tensor * self.sequence
+
+
+NO_SPLIT = ParallelConfig()  # every axis 1: data parallelism over all ranks

@@ -6,15 +6,20 @@ in float32 and, on CUDA, computed in bfloat16 with float32 gradient reduction. G
 *averaged* over ranks by FSDP, which is why the loss aggregation scales each rank's share by
 the number of ranks (``ascent.algos.aggregation``).
 
-With ``fsdp.expert_parallel`` = ep > 1 (a mixture of experts), each sparse layer's experts
+With ``parallel.tensor`` = tp > 1, the family's plan first splits every layer over the
+mesh's tp axis (``ascent.engine.tensor_parallel``); FSDP then shards each rank's split over
+the other axes, and averages over them only (the tp ranks compute one replica's gradient
+together).
+
+With ``parallel.expert`` = ep > 1 (a mixture of experts), each sparse layer's experts
 are first split over the mesh's ep axis (``ascent.moe.expert_parallel``), and each split is
 its own FSDP unit over the edp axis (``ascent.engine.mesh``). An expert's gradient sums the
 tokens of all ep ranks and is scaled to the same average over all W ranks.
 
-With ``sequence_parallel`` = sp > 1, the sp ranks of a replica share its micro-batches
+With ``parallel.sequence`` = sp > 1, the sp ranks of a replica share its micro-batches
 (``ascent.engine.ulysses``) and each contributes the gradient of its tokens. The losses are
-scaled by the replica count D = W / sp, and each rank's gradient by sp (the gradient of
-the gather of every rank's log-probs), so FSDP's average over W is again the step's.
+scaled by the replica count D = W / (sp tp), and each rank's gradient by sp (the gradient
+of the gather of every rank's log-probs), so FSDP's average over W / tp is again the step's.
 
 With ``fsdp.param_dtype`` float16 the engine scales the loss (``backward``) and unscales,
 checks and skips in ``step`` (``ascent.engine.loss_scale``): float16's range is too narrow
@@ -30,12 +35,13 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from ascent.engine.config import FSDPConfig, OptimConfig
+from ascent.engine.config import NO_SPLIT, FSDPConfig, OptimConfig, ParallelConfig
 from ascent.engine.gradients import clip_sharded_gradients
 from ascent.engine.loss_scale import LossScaler, Verdict
 from ascent.engine.mesh import TrainingMesh, training_mesh
 from ascent.engine.modules import decoder_layers, unwrap
 from ascent.engine.schedule import lr_multiplier
+from ascent.engine.tensor_parallel import TensorPlan, parallelize
 from ascent.engine.ulysses import ATTENTION as ULYSSES_ATTENTION
 from ascent.engine.weights import iter_full_weights, weight_layout
 from ascent.moe.expert_parallel import shard_experts
@@ -90,7 +96,8 @@ class TrainEngine:
         fsdp: FSDPConfig,
         optim: OptimConfig | None,
         gradient_checkpointing: bool = False,
-        sequence_parallel: int = 1,
+        parallel: ParallelConfig = NO_SPLIT,
+        tensor_plan: TensorPlan | None = None,
     ) -> None:
         if fsdp.cpu_offload and device.type != "cuda":
             raise ValueError(
@@ -108,9 +115,13 @@ class TrainEngine:
                     gradient_checkpointing_kwargs={"use_reentrant": False}
                 )
         module.to(device)
-        mesh = training_mesh(device.type, fsdp.expert_parallel, sequence_parallel)
+        mesh = training_mesh(device.type, parallel)
         if mesh.sp is not None:
             model.set_attn_implementation(ULYSSES_ATTENTION)
+        if mesh.tp is not None:
+            if tensor_plan is None:
+                raise ValueError("parallel.tensor > 1 needs the model family's tensor_plan")
+            parallelize(module.model, mesh.tp, tensor_plan)
         options: dict = {"reshard_after_forward": fsdp.reshard_after_forward}
         param_dtype = DTYPES[fsdp.param_dtype] if fsdp.param_dtype else None
         if param_dtype is None and device.type == "cuda":
@@ -145,6 +156,14 @@ class TrainEngine:
                 self.optimizer, lambda step: lr_multiplier(step, optim)
             )
 
+    @property
+    def token_multiple(self) -> int:
+        """What a micro-batch's length must be a multiple of: the tensor ranks cut it by
+        sequence into equal parts (times the sequence ranks, which cut it first)."""
+        if self.mesh.tp is None:
+            return 1
+        return self.mesh.tp.size() * (self.mesh.sp.size() if self.mesh.sp is not None else 1)
+
     def train(self, mode: bool = True) -> None:
         self.module.train(mode)
 
@@ -174,7 +193,8 @@ class TrainEngine:
             overflowed = not fault
             return StepResult(math.nan, lr, fault, overflowed=overflowed, loss_scale=scale)
         max_norm = self.optim_config.grad_clip or float("inf")
-        grad_norm = clip_sharded_gradients(self.trainable, max_norm)
+        tensor_parallel = self.mesh.tp.size() if self.mesh.tp is not None else 1
+        grad_norm = clip_sharded_gradients(self.trainable, max_norm, tensor_parallel)
         skipped = not math.isfinite(grad_norm)
         if not skipped:
             self.optimizer.step()
@@ -202,7 +222,7 @@ class TrainEngine:
 
     def all_reduce_sum(self, values: list[float]) -> list[float]:
         """Sum ``values`` over the data-parallel replicas (used for the global loss
-        denominators): the ranks of one sequence-parallel group hold the same rows, so
+        denominators): the sequence and tensor ranks of a replica hold the same rows, so
         they count once."""
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         if dist.get_world_size() > 1:

@@ -1,14 +1,20 @@
 """The global gradient norm of parameters sharded across ranks, and clipping by it.
 
-Every parameter here is sharded, never replicated (FSDP2 over all ranks, and expert shards
-over the (edp, ep) axes), so each element of a gradient lives on exactly one rank and
+Without tensor parallelism every parameter is sharded, never replicated (FSDP2 over all
+ranks, and expert shards over the (edp, ep) axes), so each element of a gradient lives on
+exactly one rank and
 
     ||g||^2 = sum over ranks of ||local pieces of the rank||^2,
 
 one all-reduce of a scalar, whatever mesh each parameter lives on (torch's
-``clip_grad_norm_`` needs every DTensor on one mesh). Clipping scales every gradient by
-min(1, max_norm / (||g|| + 1e-6)), as torch does.
+``clip_grad_norm_`` needs every DTensor on one mesh). With T tensor ranks some pieces are
+held by several ranks: a norm's weight is replicated over the tp axis (a Replicate
+placement), and a parameter left out of the plan (a router, experts) lives on a mesh
+without the tp axis, the same on all T ranks. Each piece then counts 1 / (its copies).
+Clipping scales every gradient by min(1, max_norm / (||g|| + 1e-6)), as torch does.
 """
+
+import math
 
 import torch
 import torch.distributed as dist
@@ -20,17 +26,35 @@ def _local(tensor: Tensor) -> Tensor:
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
-def clip_sharded_gradients(params: list[Tensor], max_norm: float) -> float:
+def copies(grad: Tensor, tensor_parallel: int) -> int:
+    """How many ranks hold the same local piece as this one (module docstring)."""
+    if not isinstance(grad, DTensor):
+        return 1
+    mesh = grad.device_mesh
+    held = math.prod(
+        mesh.size(dim) for dim, place in enumerate(grad.placements) if place.is_replicate()
+    )
+    on_tp = "tp" in (mesh.mesh_dim_names or ())
+    return held * (1 if on_tp else tensor_parallel)
+
+
+def clip_sharded_gradients(
+    params: list[Tensor], max_norm: float, tensor_parallel: int = 1
+) -> float:
     """Clip the gradients of ``params`` in place to global norm ``max_norm``; returns the
     norm before clipping (inf or nan when a gradient is not finite). On one rank the result
     is torch's ``clip_grad_norm_``'s to the bit (same float32 reductions, same order): the
-    learning tests' runs do not move."""
+    learning tests' runs do not move. ``tensor_parallel``: the size of the mesh's tp axis."""
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0
-    total = torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(_local(grad)) for grad in grads])
-    )
+    norms = torch.stack([torch.linalg.vector_norm(_local(grad)) for grad in grads])
+    counts = [copies(grad, tensor_parallel) for grad in grads]
+    if max(counts) == 1:
+        total = torch.linalg.vector_norm(norms)
+    else:  # each piece's square once over the ranks that hold it
+        shares = torch.tensor(counts, dtype=norms.dtype, device=norms.device)
+        total = (norms.square() / shares).sum().sqrt()
     if dist.is_initialized() and dist.get_world_size() > 1:
         squares = total.double().pow(2)
         dist.all_reduce(squares)

@@ -1,22 +1,28 @@
 """The training ranks as one torch DeviceMesh with named axes.
 
-W ranks, sequence parallelism sp and expert parallelism ep (each 1 when off), where the
-larger of sp and ep is a multiple of the smaller: the mesh is (outer, middle, inner) =
-(W / big, big / small, small), consecutive ranks innermost, and
+W ranks, tensor parallelism tp, sequence parallelism sp and expert parallelism ep (each 1
+when off; ``ascent.engine.config.ParallelConfig``), where the larger of sp and ep is a
+multiple of the smaller: the mesh is (outer, middle, inner, tp) = (W / (big tp), big / small,
+small, tp), consecutive ranks innermost (the tp axis is left out when tp = 1), and
 
-- ``fsdp``: every rank (all axes flattened): dense parameters are sharded over all W ranks;
+- ``tp``: the ranks that split each layer's weights (``ascent.engine.tensor_parallel``):
+  the innermost axis, consecutive ranks (on GPUs, the fastest links). They are given the
+  same rows;
+- ``fsdp``: every axis but tp, flattened: dense parameters (each tensor-parallel shard of
+  them) are sharded over these W / tp ranks;
 - ``sp``: the ranks that split one micro-batch's tokens (``ascent.engine.ulysses``): the
   innermost axes whose product is sp. They are given the same rows (one data-parallel
   replica of consecutive ranks);
-- ``dp``: the other axes, the replicas; what is counted over the data (loss denominators)
-  sums over it;
+- ``dp``: the axes but sp and tp, the replicas; what is counted over the data (loss
+  denominators) sums over it;
 - ``ep``: the ranks that split a sparse layer's experts (rank r of the axis holds experts
   [r E/ep, (r+1) E/ep)); tokens cross it by all-to-all. The innermost axes whose product is
   ep: with sp = ep, the very ranks that split a sequence split the experts;
 - ``edp``: the other axes, the ranks holding the same experts; FSDP shards each split of
   the experts over them.
 
-With neither, the mesh is the one axis ``fsdp`` (which is also ``dp``).
+Without sp and ep the mesh is (fsdp, tp), or the one axis ``fsdp`` (which is also ``dp``)
+without tp either.
 """
 
 from dataclasses import dataclass
@@ -24,11 +30,14 @@ from dataclasses import dataclass
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from ascent.engine.config import NO_SPLIT, ParallelConfig
+
 
 @dataclass(frozen=True)
 class TrainingMesh:
-    fsdp: DeviceMesh  # all ranks
+    fsdp: DeviceMesh  # every rank but the tensor-parallel axis
     dp: DeviceMesh | None = None  # the data-parallel replicas (None: every rank is one)
+    tp: DeviceMesh | None = None  # the tensor-parallel axis (None: weights are not split)
     sp: DeviceMesh | None = None  # the sequence-parallel axis (None: sequences stay whole)
     ep: DeviceMesh | None = None  # the expert-parallel axis (None: experts are not split)
     edp: DeviceMesh | None = None  # the ranks sharing an expert shard
@@ -39,31 +48,43 @@ class TrainingMesh:
         return (self.dp or self.fsdp).size()
 
 
-def training_mesh(
-    device_type: str, expert_parallel: int = 1, sequence_parallel: int = 1
-) -> TrainingMesh:
+def training_mesh(device_type: str, parallel: ParallelConfig = NO_SPLIT) -> TrainingMesh:
     """The mesh of this process group's ranks (module docstring); ValueError when an axis
-    does not divide the number of ranks, or neither of the two divides the other."""
+    does not divide the number of ranks, or neither of sp and ep divides the other."""
     world = dist.get_world_size()
-    for field, size in (
-        ("fsdp.expert_parallel", expert_parallel),
-        ("sequence_parallel", sequence_parallel),
-    ):
-        if world % size:
+    tensor, sequence, expert = parallel.tensor, parallel.sequence, parallel.expert
+    if world % tensor:
+        raise ValueError(
+            f"parallel.tensor={tensor} does not divide the {world} ranks of the role; choose "
+            "a divisor of the rank count"
+        )
+    rest = world // tensor
+    for field, size in (("parallel.expert", expert), ("parallel.sequence", sequence)):
+        if rest % size:
             raise ValueError(
-                f"{field}={size} does not divide the {world} ranks of the role; choose a "
-                "divisor of the rank count"
+                f"{field}={size} does not divide the {rest} ranks outside the tensor axis "
+                f"({world} ranks / parallel.tensor={tensor}); choose a divisor"
             )
-    if expert_parallel == sequence_parallel == 1:
-        return TrainingMesh(fsdp=init_device_mesh(device_type, (world,), mesh_dim_names=("fsdp",)))
-    small, big = sorted((expert_parallel, sequence_parallel))
+    small, big = sorted((expert, sequence))
     if big % small:
         raise ValueError(
-            f"fsdp.expert_parallel={expert_parallel} and sequence_parallel={sequence_parallel}: "
-            "one must divide the other (they share the mesh's inner axes)"
+            f"parallel.expert={expert} and parallel.sequence={sequence}: one must divide the "
+            "other (they share the mesh's inner axes)"
+        )
+    with_tp = ("tp",) if tensor > 1 else ()
+    if big == 1:
+        names: tuple[str, ...] = ("fsdp",)
+        mesh = init_device_mesh(
+            device_type, (rest, tensor)[: 1 + len(with_tp)], mesh_dim_names=names + with_tp
+        )
+        return TrainingMesh(
+            fsdp=mesh["fsdp"],
+            dp=mesh["fsdp"] if with_tp else None,
+            tp=mesh["tp"] if with_tp else None,
         )
     names = ("outer", "middle", "inner")
-    mesh = init_device_mesh(device_type, (world // big, big // small, small), mesh_dim_names=names)
+    shape = (rest // big, big // small, small, tensor)[: 3 + len(with_tp)]
+    mesh = init_device_mesh(device_type, shape, mesh_dim_names=names + with_tp)
     flattened: dict[tuple[str, ...], DeviceMesh] = {}
 
     def axes(*dims: str) -> DeviceMesh:
@@ -77,12 +98,13 @@ def training_mesh(
         """(the innermost axes of product ``size``, the others)."""
         return (("inner",), ("outer", "middle")) if size == small else (names[1:], names[:1])
 
-    sp, dp = inner(sequence_parallel)
-    ep, edp = inner(expert_parallel)
+    sp, dp = inner(sequence)
+    ep, edp = inner(expert)
     return TrainingMesh(
         fsdp=axes(*names),
-        dp=axes(*dp) if sequence_parallel > 1 else None,
-        sp=axes(*sp) if sequence_parallel > 1 else None,
-        ep=axes(*ep) if expert_parallel > 1 else None,
-        edp=axes(*edp) if expert_parallel > 1 else None,
+        dp=axes(*dp) if sequence > 1 or with_tp else None,
+        sp=axes(*sp) if sequence > 1 else None,
+        ep=axes(*ep) if expert > 1 else None,
+        edp=axes(*edp) if expert > 1 else None,
+        tp=mesh["tp"] if with_tp else None,
     )

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from ascent.algos.logprobs_hidden import token_log_probs_and_entropy_from_hidden
 from ascent.algos.top_log_probs import top_log_probs_from_hidden
+from ascent.engine.vocab_parallel import vocab_parallel_log_probs_and_entropy, vocabulary_split
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -53,7 +54,8 @@ class PolicyModule(nn.Module):
     flattened positions, targets (M,)) -> log_probs (M,), entropy (M,) (None when
     compute_entropy is False), float32, with logits / temperature exactly as the rollout
     samples them (soft-capped first where the model's config caps them:
-    ``final_logit_softcapping``). A model family's own inputs (a vision-language model's
+    ``final_logit_softcapping``); a head split by vocabulary over tensor ranks is scored
+    split (``ascent.engine.vocab_parallel``). A model family's own inputs (a vision-language model's
     ``pixel_values``, ``image_grid_thw``, and M-RoPE planes as ``position_ids``) pass
     through ``model_inputs``;
     ``extra_inputs`` is what builds them for this model (``__call__``, outside) and turns
@@ -85,7 +87,10 @@ class PolicyModule(nn.Module):
             input_ids, position_ids, query_index, attention_mask, model_inputs
         )
         head = lm.get_output_embeddings()
-        log_probs, entropy = token_log_probs_and_entropy_from_hidden(
+        split = vocabulary_split(head.weight)  # tensor parallelism: each rank's rows
+        score = token_log_probs_and_entropy_from_hidden
+        score = score if split is None else vocab_parallel_log_probs_and_entropy
+        log_probs, entropy = score(
             hidden,
             head.weight,
             targets,

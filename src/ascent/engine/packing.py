@@ -20,7 +20,7 @@ with its target token and the (row, column) of the response cell it fills. SFT u
 general form, ``pack_for_targets``, with the assistant-token mask as targets.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -41,14 +41,47 @@ class PackedSequences:
     token_rows: Tensor | None = None
     token_columns: Tensor | None = None
     kept_columns: tuple[int, int] | None = None
+    # Filler at the end of the token axis (``with_filler``): no row's tokens.
+    filler: int = 0
 
     def lay_out(self, per_token: Tensor) -> Tensor:
         """A per-token tensor of the unpacked rows, (..., B, L), laid out like ``input_ids``:
-        (..., 1, N) packed, (..., B, L') padded (e.g. the three M-RoPE position planes)."""
+        (..., 1, N) packed, (..., B, L') padded (e.g. the three M-RoPE position planes);
+        zeros on the filler."""
         if self.kept_columns is not None:
             low, high = self.kept_columns
-            return per_token[..., low:high]
-        return per_token[..., self.token_rows, self.token_columns].unsqueeze(-2)
+            laid_out = per_token[..., low:high]
+        else:
+            laid_out = per_token[..., self.token_rows, self.token_columns].unsqueeze(-2)
+        if self.filler == 0:
+            return laid_out
+        zeros = laid_out.new_zeros((*laid_out.shape[:-1], self.filler))
+        return torch.cat([laid_out, zeros], dim=-1)
+
+    def with_filler(self, multiple: int) -> "PackedSequences":
+        """This layout with its token axis (the last of ``input_ids``) a multiple of
+        ``multiple``: packed rows (1, N) gain a filler row of their own (positions from 0,
+        so it attends only to itself); padded rows (B, L) gain masked columns, and the query
+        indices into the flattened (B, L) move to (B, L'). Queries, targets and ``unpack``
+        are unchanged."""
+        rows, length = self.input_ids.shape
+        extra = -length % multiple
+        if extra == 0:
+            return self
+        ids = self.input_ids
+        filler = torch.arange(extra, device=ids.device).expand(rows, extra)
+        query_index, mask = self.query_index, self.attention_mask
+        if mask is not None:
+            mask = torch.cat([mask, mask.new_zeros((rows, extra))], dim=1)
+            query_index = query_index // length * (length + extra) + query_index % length
+        return replace(
+            self,
+            input_ids=torch.cat([ids, torch.zeros_like(filler)], dim=1),
+            position_ids=torch.cat([self.position_ids, filler], dim=1),
+            attention_mask=mask,
+            query_index=query_index,
+            filler=self.filler + extra,
+        )
 
     @property
     def num_tokens(self) -> int:
@@ -56,11 +89,13 @@ class PackedSequences:
 
     def real_tokens(self) -> Tensor:
         """(N,) bool over the flattened ``input_ids``: the positions that hold a row's token
-        (all of them packed; the attention mask's padded)."""
+        (all but the filler packed; the attention mask's padded)."""
         if self.attention_mask is None:
-            return torch.ones(
+            real = torch.ones(
                 self.input_ids.numel(), dtype=torch.bool, device=self.input_ids.device
             )
+            real[real.numel() - self.filler :] = False
+            return real
         return self.attention_mask.flatten().bool()
 
     def unpack(self, values: Tensor, fill: float = 0.0) -> Tensor:

@@ -107,7 +107,7 @@ def shard_sequence(layout: PackedSequences, group: Any, size: int, rank: int) ->
         query_index=layout.query_index[in_mine] - start,
         targets=layout.targets[in_mine],
         query_counts=query_counts.tolist(),
-        real_tokens=torch.arange(share * size, device=ids.device) < total,
+        real_tokens=torch.cat([layout.real_tokens(), fill.new_zeros(filler, dtype=torch.bool)]),
         tokens=(start, end),
         context=UlyssesContext(group=group, size=size, spans=spans),
     )

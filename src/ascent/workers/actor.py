@@ -36,11 +36,9 @@ class ActorWorker(EngineCheckpoints, Worker):
 
     def __init__(self, config: ActorConfig | dict) -> None:
         self.config = ActorConfig.model_validate(config)
-        check_replicas(self.ctx, self.config.sequence_parallel)
+        check_replicas(self.ctx, self.config.parallel)
         self.packed = self.config.model.packed
-        self.engine = trainable_policy_engine(
-            self.config, self.device, self.config.sequence_parallel
-        )
+        self.engine = trainable_policy_engine(self.config, self.device, self.config.parallel)
         replay = self.config.router_replay == "rollout"
         self.routing = PolicyRouting(self.engine, replay, self.config.router_aux_loss_coef)
 
@@ -101,7 +99,7 @@ class ActorWorker(EngineCheckpoints, Worker):
 
     def _forward(self, micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs and entropy (B, R) of a micro-batch (the rollout's routes replayed)."""
-        layout = pack(micro, self.device, self.packed)
+        layout = pack(micro, self.engine, self.packed)
         with self.routing.routed(micro, layout):
             return policy_forward(
                 self.engine, micro, self.device, self.config.temperature, self.packed, layout
@@ -109,7 +107,7 @@ class ActorWorker(EngineCheckpoints, Worker):
 
     def _micro_loss(self, micro: Batch, normalizer: LossNormalizer) -> tuple[torch.Tensor, dict]:
         cfg, device = self.config, self.device
-        layout = pack(micro, device, self.packed)
+        layout = pack(micro, self.engine, self.packed)
         top_k = cfg.distill is not None and cfg.distill.forward_kl_top_k_coef > 0
         # With the top-k forward KL, each query also scores the teacher's top-k tokens.
         targets = teacher_targets(micro, layout, device) if top_k else None

@@ -16,15 +16,17 @@ from torch import Tensor, nn
 from ascent.algos import LossNormalizer
 from ascent.batch import Batch
 from ascent.controller import Dispatch, register
-from ascent.engine.config import ModelConfig
+from ascent.engine.config import NO_SPLIT, ModelConfig, ParallelConfig
 from ascent.engine.export import export_hf
 from ascent.engine.fsdp import TrainEngine
 from ascent.engine.modules import PolicyModule, unwrap
 from ascent.engine.packing import PackedSequences, pack_for_responses
 from ascent.engine.state import load_engine, save_engine
+from ascent.engine.tensor_parallel import TensorPlan
 from ascent.engine.token_budget import synchronized_micro_batches
 from ascent.engine.ulysses import SequenceShard, shard_sequence
 from ascent.models.families import family_of
+from ascent.models.families.registry import tensor_parallel_plan
 from ascent.models.loading import load_causal_lm
 from ascent.models.lora import apply_lora
 from ascent.vision.prompts import vision_tower
@@ -48,10 +50,12 @@ def token_counts(batch: Batch) -> list[int]:
     return batch["attention_mask"].sum(dim=-1).tolist()
 
 
-def pack(batch: Batch, device: torch.device, packed: bool) -> PackedSequences:
-    """The model inputs of ``batch``: packed rows, or padded rows (see engine.packing)."""
-    ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
-    return pack_for_responses(ids, mask, response_length(batch), packed=packed)
+def pack(batch: Batch, engine: TrainEngine, packed: bool) -> PackedSequences:
+    """The model inputs of ``batch`` on ``engine``'s device: packed rows, or padded rows
+    (see engine.packing), as long as the engine's tensor ranks need (``token_multiple``)."""
+    ids, mask = batch["input_ids"].to(engine.device), batch["attention_mask"].to(engine.device)
+    layout = pack_for_responses(ids, mask, response_length(batch), packed=packed)
+    return layout.with_filler(engine.token_multiple)
 
 
 def model_inputs(
@@ -88,7 +92,7 @@ def policy_forward(
     Without sequence parallelism each of the module's outputs comes back laid out so: a
     ``TeacherModule``'s log-probs (B, R), top ids and top log-probs (B, R, k).
     """
-    inputs = inputs if inputs is not None else pack(batch, device, packed)
+    inputs = inputs if inputs is not None else pack(batch, engine, packed)
     module, shard = engine.module, sequence_shard(engine, batch, inputs)
     if shard is not None and targets is not None:
         raise ValueError("several targets per token are not split over sequence-parallel ranks")
@@ -116,7 +120,7 @@ def policy_forward(
 def value_forward(engine: TrainEngine, batch: Batch, device: torch.device, packed: bool) -> Tensor:
     """Values (B, R): V of the state before each response token, from one forward (this
     rank's share of the tokens with sequence parallelism)."""
-    inputs = pack(batch, device, packed)
+    inputs = pack(batch, engine, packed)
     module, shard = engine.module, sequence_shard(engine, batch, inputs)
     if shard is not None:
         values = module(
@@ -135,13 +139,14 @@ def value_forward(engine: TrainEngine, batch: Batch, device: torch.device, packe
     return inputs.unpack(values)
 
 
-def check_replicas(ctx: Any, sequence_parallel: int) -> None:
-    """The group must give the ranks of one sequence-parallel group the same rows."""
-    if ctx.replica_size != sequence_parallel:
+def check_replicas(ctx: Any, parallel: ParallelConfig) -> None:
+    """The group must give the tensor and sequence ranks of one replica the same rows."""
+    if ctx.replica_size != parallel.replica:
         raise ValueError(
-            f"sequence_parallel={sequence_parallel} needs the role spawned with "
-            f"replica_size={sequence_parallel} (it has {ctx.replica_size}), so that the ranks "
-            "splitting a sequence are given the same rows"
+            f"parallel.tensor={parallel.tensor} x parallel.sequence={parallel.sequence} needs "
+            f"the role spawned with replica_size={parallel.replica} (it has "
+            f"{ctx.replica_size}), so that the ranks splitting a replica's work are given "
+            "the same rows"
         )
 
 
@@ -154,7 +159,7 @@ def sequence_shard(
         return None
     images = batch.get("images")
     if images and any(images):
-        raise ValueError("sequence_parallel > 1 does not take rows with images yet; set it to 1")
+        raise ValueError("parallel.sequence > 1 does not take rows with images yet; set it to 1")
     sp = engine.mesh.sp
     return shard_sequence(inputs, sp.get_group(), sp.size(), sp.get_local_rank())
 
@@ -189,22 +194,30 @@ def policy_module(model_cfg: ModelConfig, chunk_tokens: int) -> PolicyModule:
 
 
 def trainable_policy_engine(
-    settings: Any, device: torch.device, sequence_parallel: int = 1
+    settings: Any, device: torch.device, parallel: ParallelConfig = NO_SPLIT
 ) -> TrainEngine:
     """A trained causal LM on the FSDP2 engine (the actor, the implicit PRM):
     ``settings.model``'s checkpoint, LoRA adapters on it when ``model.lora`` is set, in a
     PolicyModule that computes log-probs in chunks of ``settings.chunk_tokens``, sharded by
-    ``settings.fsdp`` (its tokens split over ``sequence_parallel`` ranks) and stepped by
+    ``settings.fsdp`` (and split by ``parallel``) and stepped by
     ``settings.optim``."""
     model_cfg = settings.model
+    module = policy_module(model_cfg, settings.chunk_tokens)
     return TrainEngine(
-        policy_module(model_cfg, settings.chunk_tokens),
+        module,
         device=device,
         fsdp=settings.fsdp,
         optim=settings.optim,
         gradient_checkpointing=model_cfg.gradient_checkpointing,
-        sequence_parallel=sequence_parallel,
+        parallel=parallel,
+        tensor_plan=split_plan(module, parallel),
     )
+
+
+def split_plan(module: nn.Module, parallel: ParallelConfig) -> TensorPlan | None:
+    """The tensor-parallel plan of ``module``'s model family when ``parallel`` splits
+    tensors (ValueError naming the families that have one when its family has none)."""
+    return tensor_parallel_plan(unwrap(module.model)) if parallel.tensor > 1 else None
 
 
 def response_log_probs(

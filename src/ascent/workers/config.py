@@ -6,18 +6,16 @@ from pydantic import Field, model_validator
 
 from ascent.algos.rollout_correction import REJECT_MODES, Level, Mode
 from ascent.algos.types import AggregationMode
-from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, Strict
+from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, ParallelConfig, Strict
 
 
-def sequence_parallel_field() -> Any:
-    """The ``sequence_parallel`` knob of every role that trains or scores tokens."""
+def parallel_field() -> Any:
+    """The ``parallel`` section of every role that trains or scores tokens."""
     return Field(
-        1,
-        ge=1,
-        description="Ulysses sequence parallelism: split each packed micro-batch's tokens "
-        "over this many ranks (the mesh's sp axis; heads exchanged by all-to-all around "
-        "attention). They form one data-parallel replica; needs model.packing=packed, and "
-        "must divide the ranks and the attention heads.",
+        ParallelConfig(),
+        description="How the role's ranks split the model and its micro-batches: tensor, "
+        "sequence (Ulysses) and expert parallelism (ParallelConfig); data parallelism is "
+        "the rest.",
     )
 
 
@@ -143,7 +141,7 @@ class ActorConfig(MicroBatching):
         description="Weights for rollout/trainer log-prob mismatch (RolloutCorrectionSettings).",
     )
     chunk_tokens: int = Field(1024, ge=1, description="Tokens per log-prob chunk.")
-    sequence_parallel: int = sequence_parallel_field()
+    parallel: ParallelConfig = parallel_field()
     distill: DistillLossSettings | None = Field(
         None, description="Distillation loss terms (DistillLossSettings); None: none."
     )
@@ -157,7 +155,7 @@ class ReferenceConfig(Strict):
     tokens_per_micro_batch: int = Field(8192, ge=1, description="Token budget per forward.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollout.")
     chunk_tokens: int = Field(1024, ge=1, description="Tokens per log-prob chunk.")
-    sequence_parallel: int = sequence_parallel_field()
+    parallel: ParallelConfig = parallel_field()
 
 
 class TeacherConfig(Strict):
@@ -184,7 +182,7 @@ class CriticConfig(MicroBatching):
     fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
     value_clip: float | None = Field(0.5, gt=0, description="Clip range around old values.")
     aggregation: AggregationMode = Field("token-mean", description="Loss aggregation mode.")
-    sequence_parallel: int = sequence_parallel_field()
+    parallel: ParallelConfig = parallel_field()
 
 
 class ImplicitPRMConfig(MicroBatching):

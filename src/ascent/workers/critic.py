@@ -16,6 +16,7 @@ from ascent.workers.common import (
     micro_batched,
     require,
     response_length,
+    split_plan,
     train,
     value_forward,
 )
@@ -29,7 +30,7 @@ class CriticWorker(EngineCheckpoints, Worker):
 
     def __init__(self, config: CriticConfig | dict) -> None:
         self.config = CriticConfig.model_validate(config)
-        check_replicas(self.ctx, self.config.sequence_parallel)
+        check_replicas(self.ctx, self.config.parallel)
         model_cfg = self.config.model
         self.packed = model_cfg.packed
         model = load_value_model(
@@ -40,13 +41,15 @@ class CriticWorker(EngineCheckpoints, Worker):
         extra = extra_inputs_for(model, model_cfg)
         if model_cfg.lora is not None:  # the fresh value head trains whole, beside the adapters
             model = apply_lora(model, model_cfg.lora, train_heads=True)
+        module = ValueModule(model, extra_inputs=extra)
         self.engine = TrainEngine(
-            ValueModule(model, extra_inputs=extra),
+            module,
             device=self.device,
             fsdp=self.config.fsdp,
             optim=self.config.optim,
             gradient_checkpointing=model_cfg.gradient_checkpointing,
-            sequence_parallel=self.config.sequence_parallel,
+            parallel=self.config.parallel,
+            tensor_plan=split_plan(module, self.config.parallel),
         )
 
     @register(Dispatch.DP)

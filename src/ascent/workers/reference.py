@@ -3,7 +3,13 @@
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
 from ascent.engine import TrainEngine
-from ascent.workers.common import check_replicas, policy_module, require, response_log_probs
+from ascent.workers.common import (
+    check_replicas,
+    policy_module,
+    require,
+    response_log_probs,
+    split_plan,
+)
 from ascent.workers.config import ReferenceConfig
 
 
@@ -13,7 +19,7 @@ class ReferenceWorker(Worker):
 
     def __init__(self, config: ReferenceConfig | dict) -> None:
         self.config = ReferenceConfig.model_validate(config)
-        check_replicas(self.ctx, self.config.sequence_parallel)
+        check_replicas(self.ctx, self.config.parallel)
         self.packed = self.config.model.packed
         module = policy_module(self.config.model, self.config.chunk_tokens)
         module.requires_grad_(False)
@@ -22,7 +28,8 @@ class ReferenceWorker(Worker):
             device=self.device,
             fsdp=self.config.fsdp,
             optim=None,
-            sequence_parallel=self.config.sequence_parallel,
+            parallel=self.config.parallel,
+            tensor_plan=split_plan(module, self.config.parallel),
         )
         self.engine.train(False)
 

@@ -7,6 +7,7 @@ from torch import nn
 from ascent.models.families.decoder import Decoder
 from ascent.models.families.reading import pre_norm_decoder
 from ascent.models.families.spec import ModelFamily
+from ascent.models.families.tensor_plan import pre_norm_plan
 
 
 def read(model: nn.Module) -> Decoder:
@@ -17,4 +18,5 @@ FAMILY = ModelFamily(
     name="llama",
     model_types=("llama", "mistral", "qwen2", "qwen3"),
     read=read,
+    tensor_parallel_plan=pre_norm_plan,
 )

@@ -10,6 +10,7 @@ from ascent.models.families.decoder import Decoder
 from ascent.models.families.feed_forward import Experts, FeedForward, SharedExperts, SoftmaxTopK
 from ascent.models.families.reading import gated_mlp, pre_norm_decoder
 from ascent.models.families.spec import ModelFamily
+from ascent.models.families.tensor_plan import pre_norm_plan
 
 
 def feed_forward(layer: nn.Module, config: object) -> FeedForward:
@@ -37,4 +38,5 @@ FAMILY = ModelFamily(
     name="qwen_moe",
     model_types=("qwen2_moe", "qwen3_moe"),
     read=read,
+    tensor_parallel_plan=pre_norm_plan,
 )

@@ -1,5 +1,7 @@
 """Every family ascent knows, looked up by a checkpoint's ``model_type`` (one line each)."""
 
+from collections.abc import Callable
+
 from torch import nn
 
 from ascent.models.families import (
@@ -82,3 +84,28 @@ def native_family(model: nn.Module | object | str) -> ModelFamily:
     if refusal is not None:
         raise NoNativeFamily(refusal)
     return family_of(model)
+
+
+def tensor_parallel_refusal(model: nn.Module | object | str) -> str | None:
+    """Why ``model`` (a model, a config or a model_type) cannot be split over tensor ranks,
+    naming the model types that can; None: its family declares a plan."""
+    family = family_of(model)
+    if family.tensor_parallel_plan is not None:
+        return None
+    planned = sorted(
+        kind for known in FAMILIES if known.tensor_parallel_plan for kind in known.model_types
+    )
+    return (
+        f"parallel.tensor > 1: model_type {model_type_of(model)!r} (family {family.name}) has "
+        f"no tensor-parallel plan; planned: {', '.join(planned)}. Set parallel.tensor=1 "
+        "(shard with FSDP, split experts with parallel.expert), or add the family's plan "
+        "(docs/guides/model-families.md)"
+    )
+
+
+def tensor_parallel_plan(model: nn.Module) -> Callable:
+    """The plan of ``model``'s family; ValueError saying why there is none."""
+    refusal = tensor_parallel_refusal(model)
+    if refusal is not None:
+        raise ValueError(refusal)
+    return family_of(model).tensor_parallel_plan

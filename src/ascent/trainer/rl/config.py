@@ -9,7 +9,7 @@ from ascent.agents.config import AGENT_HELP, AgentConfig
 from ascent.algos.pass_at_k import MAX_SAMPLES
 from ascent.algos.types import AggregationMode
 from ascent.data.rl import RLDataConfig
-from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, Strict
+from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, ParallelConfig, Strict
 from ascent.rewards.judge import JudgeConfig
 from ascent.rewards.manager import RewardConfig
 from ascent.rollout.config import ENGINE_HELP, SERVER_HELP, RolloutEngine, ServerConfig
@@ -69,12 +69,10 @@ class ActorSettings(Strict):
     )
     optim: OptimConfig = Field(OptimConfig(lr=1e-6), description="Optimiser (OptimConfig).")
     fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
-    sequence_parallel: int = Field(
-        1,
-        ge=1,
-        description="Ulysses sequence parallelism of the actor and the reference: each "
-        "packed micro-batch's tokens split over this many ranks (heads exchanged around "
-        "attention); needs model.packing=packed; must divide the ranks and the heads.",
+    parallel: ParallelConfig = Field(
+        ParallelConfig(),
+        description="How the actor's (and the reference's) ranks split the model and its "
+        "micro-batches: tensor, sequence and expert parallelism (ParallelConfig).",
     )
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus weight.")
     router_replay: Literal["off", "rollout"] = Field(
@@ -104,8 +102,8 @@ class CriticSettings(Strict):
     optim: OptimConfig = Field(OptimConfig(lr=1e-5), description="Optimiser (OptimConfig).")
     fsdp: FSDPConfig = Field(FSDPConfig(), description="Sharding (FSDPConfig).")
     value_clip: float | None = Field(0.5, gt=0, description="Clip range around old values.")
-    sequence_parallel: int = Field(
-        1, ge=1, description="Ulysses sequence parallelism of the critic (as the actor's)."
+    parallel: ParallelConfig = Field(
+        ParallelConfig(), description="The critic's parallelism (as the actor's)."
     )
     prompts_per_update: int | None = Field(None, ge=1, description="Prompts per optimiser step.")
     epochs_per_step: int = Field(1, ge=1, description="Passes over each step's batch.")

@@ -10,16 +10,15 @@ from ascent.algos.needs import Needs, needs_of
 from ascent.config import ConfigError
 from ascent.trainer.rl.config import AlgorithmSettings, PFPPOSettings, RLConfig
 from ascent.trainer.rl.engine_checks import check_engine
+from ascent.trainer.rl.parallel_checks import check_parallel, describe_parallel
 from ascent.trainer.rl.plan_checks import (
     check_agent,
-    check_expert_parallel,
     check_mode,
     check_names,
     check_needs,
     check_params,
     check_rollout_ranks,
     check_router_replay,
-    check_sequence_parallel,
     check_teacher,
 )
 from ascent.trainer.rl.presets import PRESETS, Preset
@@ -92,6 +91,10 @@ class Plan:
             f"step(s), micro-batches of <= {a.tokens_per_micro_batch} tokens; old log-probs "
             + ("recomputed" if self.recompute_log_probs else "from the update (on-policy)"),
         ]
+        world = config.resources.world_size
+        lines.append(describe_parallel("actor ranks", a.parallel, world))
+        if self.critic:
+            lines.append(describe_parallel("critic ranks", config.critic.parallel, world))
         t = config.trainer
         if t.mode == "one_step_off":
             lines.append("  generation: one step ahead of training (staleness 1)")
@@ -140,8 +143,7 @@ def make_plan(config: RLConfig) -> Plan:
     check_mode(config, dynamic, estimator, needs)
     check_needs(config, estimator, needs)
     check_agent(config)
-    check_expert_parallel(config, needs)
-    check_sequence_parallel(config, needs)
+    check_parallel(config, needs)
     check_router_replay(config)
     check_engine(config)
     check_teacher(config)

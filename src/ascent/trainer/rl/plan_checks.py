@@ -3,9 +3,7 @@ with an error that names the fields. Each check reads the config and what the es
 declared it needs (``ascent.algos.needs``), never the estimator's name."""
 
 import inspect
-import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ascent.algos.advantages import ADVANTAGE_ESTIMATORS
@@ -13,11 +11,11 @@ from ascent.algos.kl import kl_estimator_name
 from ascent.algos.losses import POLICY_LOSSES
 from ascent.algos.needs import Needs
 from ascent.config import ConfigError
-from ascent.engine.config import FSDPConfig, ModelConfig
 from ascent.models.loading import load_tokenizer
 from ascent.moe.checkpoint import expert_count
 from ascent.teacher.vocab import check_shared_vocabulary
 from ascent.trainer.rl.config import RLConfig
+from ascent.trainer.rl.parallel_checks import checkpoint_config
 
 
 def check_names(estimator: str, loss: str, kl_estimator: str) -> None:
@@ -129,92 +127,6 @@ def check_agent(config: RLConfig) -> None:
         )
 
 
-def _trained_roles(
-    config: RLConfig, needs: Needs
-) -> list[tuple[str, FSDPConfig, int, ModelConfig]]:
-    """(role, its sharding, its sequence_parallel, its checkpoint) of each role that trains
-    or scores tokens on the FSDP engine; the reference shards and splits as the actor."""
-    roles = [("actor", config.actor.fsdp, config.actor.sequence_parallel, config.model)]
-    if needs.values:
-        critic = config.critic
-        roles.append(
-            ("critic", critic.fsdp, critic.sequence_parallel, critic.model or config.model)
-        )
-    if needs.process_rewards:
-        prm = config.implicit_prm
-        roles.append(("implicit_prm", prm.fsdp, 1, prm.model or config.model))
-    return roles
-
-
-def check_expert_parallel(config: RLConfig, needs: Needs) -> None:
-    """Each training role's ``fsdp.expert_parallel`` divides the ranks and its checkpoint's
-    experts."""
-    world = config.resources.world_size
-    for role, fsdp, _, model in _trained_roles(config, needs):
-        ep = fsdp.expert_parallel
-        if ep == 1:
-            continue
-        field = f"{role}.fsdp.expert_parallel={ep}"
-        if world % ep:
-            raise ConfigError(f"{field} must divide the {world} training rank(s) (resources)")
-        checkpoint = checkpoint_config(model.path)
-        if checkpoint is None:
-            continue  # the model's own loading names the missing checkpoint
-        experts = expert_count(checkpoint)
-        if experts == 0:
-            raise ConfigError(
-                f"{field}: {model.path} is a dense model (no experts to split); set it to 1"
-            )
-        if experts % ep:
-            raise ConfigError(f"{field} must divide the model's {experts} experts ({model.path})")
-
-
-def check_sequence_parallel(config: RLConfig, needs: Needs) -> None:
-    """Each ``sequence_parallel`` divides the ranks and the attention heads, and has packed
-    rows to split."""
-    world = config.resources.world_size
-    for role, fsdp, sp, model in _trained_roles(config, needs):
-        if sp == 1:
-            continue
-        field = f"{role}.sequence_parallel={sp}"
-        if world % sp:
-            raise ConfigError(f"{field} must divide the {world} training rank(s) (resources)")
-        ep = fsdp.expert_parallel
-        if max(ep, sp) % min(ep, sp):
-            raise ConfigError(
-                f"{field} and {role}.fsdp.expert_parallel={ep}: one must divide the other "
-                "(they share the mesh's inner axes)"
-            )
-        if not model.packed:
-            raise ConfigError(
-                f"{field} splits packed rows: set model.packing=packed (with "
-                f"attn_implementation={model.attn_implementation} the rows stay padded)"
-            )
-        checkpoint = checkpoint_config(model.path)
-        if checkpoint is not None:
-            _check_heads(field, checkpoint, sp)
-
-
-def _check_heads(field: str, checkpoint: dict, sp: int) -> None:
-    if "vision_config" in checkpoint:
-        raise ConfigError(f"{field}: vision-language models are not split yet; set it to 1")
-    heads = checkpoint.get("num_attention_heads", 0)
-    kv_heads = checkpoint.get("num_key_value_heads") or heads
-    if heads % sp:
-        raise ConfigError(f"{field} must divide the model's {heads} attention heads")
-    if kv_heads % sp and sp % kv_heads:
-        raise ConfigError(
-            f"{field} and the model's {kv_heads} key/value heads: one must divide the other "
-            "(each rank takes whole key/value heads, or a repeated one)"
-        )
-
-
-def checkpoint_config(path: str) -> dict | None:
-    """A local checkpoint's config.json, None where there is none to read."""
-    config_file = Path(path) / "config.json"
-    return json.loads(config_file.read_text()) if config_file.is_file() else None
-
-
 def check_router_replay(config: RLConfig) -> None:
     """Replay needs routes: a mixture of experts, one response per prompt (no agent); an
     engine that records them (``ascent.trainer.rl.engine_checks``)."""
@@ -242,11 +154,12 @@ def check_teacher(config: RLConfig) -> None:
             f"{config.rollout.temperature}: the student's and teacher's log-probs would be "
             "of different distributions; sample at 1, or use a local teacher.model"
         )
-    if teacher.forward_kl_top_k and config.actor.sequence_parallel > 1:
+    split = config.actor.parallel
+    if teacher.forward_kl_top_k and (split.sequence > 1 or split.tensor > 1):
         raise ConfigError(
             "teacher.forward_kl_top_k scores the teacher's top-k tokens at every position, "
-            "which is not split over actor.sequence_parallel ranks: set it to 0 or "
-            "actor.sequence_parallel to 1"
+            "which is not split over actor.parallel.sequence or .tensor ranks yet: set it "
+            "to 0 or both to 1"
         )
     if teacher.model is not None:
         student = load_tokenizer(

@@ -44,7 +44,7 @@ def actor_config(config: RLConfig, plan: Plan) -> ActorConfig:
         epochs=a.epochs_per_step,
         mini_batches=plan.actor_mini_batches,
         tokens_per_micro_batch=a.tokens_per_micro_batch,
-        sequence_parallel=a.sequence_parallel,
+        parallel=a.parallel,
         distill=config.teacher.loss_settings() if config.teacher is not None else None,
     )
 
@@ -63,7 +63,7 @@ def critic_config(config: RLConfig, plan: Plan) -> CriticConfig:
         epochs=c.epochs_per_step,
         mini_batches=plan.critic_mini_batches,
         tokens_per_micro_batch=c.tokens_per_micro_batch,
-        sequence_parallel=c.sequence_parallel,
+        parallel=c.parallel,
     )
 
 
@@ -90,7 +90,7 @@ def reference_config(config: RLConfig) -> ReferenceConfig:
         fsdp=config.actor.fsdp,
         tokens_per_micro_batch=config.actor.tokens_per_micro_batch,
         temperature=config.rollout.temperature,
-        sequence_parallel=config.actor.sequence_parallel,
+        parallel=config.actor.parallel,
     )
 
 
@@ -165,15 +165,15 @@ def spawn_roles(
     run's longest prompt; ``vocab_size``: the student tokenizer's (the teacher's top-k
     candidates)."""
     colocated = config.rollout.resources is None
-    # The ranks that split a sequence are one replica: they are given the same rows.
-    split = config.actor.sequence_parallel
+    # The ranks that split a sequence or the weights are one replica: given the same rows.
+    split = config.actor.parallel.replica
     roles = {"actor": Role(ActorWorker, args=(actor_config(config, plan),), replica_size=split)}
     if plan.reference and config.model.lora is None:  # with LoRA the actor is its own reference
         reference = reference_config(config)
         roles["reference"] = Role(ReferenceWorker, args=(reference,), replica_size=split)
     if plan.critic:
         critic = critic_config(config, plan)
-        roles["critic"] = Role(CriticWorker, args=(critic,), replica_size=critic.sequence_parallel)
+        roles["critic"] = Role(CriticWorker, args=(critic,), replica_size=critic.parallel.replica)
     if plan.implicit_prm:
         roles["implicit_prm"] = Role(ImplicitPRMWorker, args=(implicit_prm_config(config, plan),))
     if colocated:

@@ -1,0 +1,135 @@
+"""Tensor-parallel plans: how a family's decoder shards over the mesh's tp axis, as PyTorch
+``parallelize_module`` styles keyed by module name (relative to the decoder stack, the
+transformers model's ``base_model``: ``embed_tokens``, ``layers``, ``norm``).
+
+The layout, Megatron's with sequence-parallel norms (as torchtitan's Llama plan), for T
+ranks and a micro-batch of N tokens (N a multiple of T: ``ascent.engine.tensor_parallel``
+pads it):
+
+    embedding       vocabulary rows split (Shard 0); output all-reduced: (B, N, H) on every rank
+    layer 0 input   cut by sequence: rank t keeps tokens [t N/T, (t+1) N/T)
+    norms           on the rank's N/T tokens (weights replicated, gradients summed over T)
+    attention       input all-gathered to N tokens; q, k, v column-split (H/T query heads,
+                    G/T key/value heads per rank); o row-split, reduce-scattered back to
+                    N/T tokens
+    MLP             the same: gate and up column-split, down row-split
+    final norm      on N/T tokens; ``PolicyModule`` gathers the N hidden states and scores
+                    them against its vocabulary rows of the head (``ascent.engine.vocab_parallel``)
+
+Per-head parameters inside attention (Qwen3's and Gemma 3's q/k norms over head_dim) see
+only the rank's heads: they are replicated and their gradients summed over T, as a norm's
+(the head axis plays the sequence axis's part). A mixture-of-experts block runs whole on
+every tensor rank (its input all-gathered, its output cut by sequence again): experts
+split over the ``ep`` axis instead, and a shared expert is column/row split.
+
+Every family whose attention projects q, k, v and o separately and whose MLP is gated
+(gate, up, down) uses ``pre_norm_plan``; a family with fused projections (Phi-3's
+``qkv_proj``) or norms over all heads at once (OLMo 2's q/k norms) declares none, and
+tensor parallelism refuses it by name.
+"""
+
+from collections.abc import Callable
+
+from torch import nn
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    ParallelStyle,
+    PrepareModuleInput,
+    PrepareModuleOutput,
+    RowwiseParallel,
+    SequenceParallel,
+)
+
+# Module name -> its style, or styles applied in order (an input's and an output's).
+Plan = dict[str, ParallelStyle | tuple[ParallelStyle, ...]]
+LayerPlan = Callable[[nn.Module], Plan]
+
+NORMS = ("RMSNorm", "LayerNorm")
+
+
+def is_norm(module: nn.Module) -> bool:
+    return type(module).__name__.endswith(NORMS)
+
+
+def gathered_input(keyword: str | None = None) -> PrepareModuleInput:
+    """A module whose input arrives cut by sequence and that needs every token."""
+    if keyword is None:
+        return PrepareModuleInput(
+            input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
+        )
+    return PrepareModuleInput(
+        input_kwarg_layouts={keyword: Shard(1)},
+        desired_input_kwarg_layouts={keyword: Replicate()},
+        use_local_output=True,
+    )
+
+
+def column_row(columns: tuple[str, ...], row: str, prefix: str, output: Shard | Replicate) -> Plan:
+    """``columns`` split by output feature, ``row`` by input feature, its output reduced to
+    ``output`` (Shard(1): reduce-scattered by sequence; Replicate(): all-reduced)."""
+    plan: Plan = {f"{prefix}{name}": ColwiseParallel() for name in columns}
+    plan[f"{prefix}{row}"] = RowwiseParallel(output_layouts=output)
+    return plan
+
+
+def attention_plan(attention: nn.Module, prefix: str) -> Plan:
+    plan = {prefix.rstrip("."): gathered_input("hidden_states")}
+    plan |= column_row(("q_proj", "k_proj", "v_proj"), "o_proj", prefix, Shard(1))
+    for name in ("q_norm", "k_norm"):  # over head_dim, on (B, N, heads / T, head_dim)
+        if hasattr(attention, name):
+            plan[prefix + name] = SequenceParallel(sequence_dim=2, use_local_output=True)
+    return plan
+
+
+def gated_mlp_plan(prefix: str) -> Plan:
+    plan = {prefix.rstrip("."): gathered_input()}
+    return plan | column_row(("gate_proj", "up_proj"), "down_proj", prefix, Shard(1))
+
+
+def whole_block_plan(block: nn.Module, prefix: str) -> Plan:
+    """A block that runs on every token of every tensor rank (a mixture of experts): its
+    input gathered, its output cut by sequence again; a shared expert inside is split."""
+    plan: Plan = {
+        prefix.rstrip("."): (
+            gathered_input(),
+            PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1)),
+        )
+    }
+    shared = getattr(block, "shared_expert", None)
+    if shared is not None:
+        split = column_row(
+            ("gate_proj", "up_proj"), "down_proj", f"{prefix}shared_expert.", Replicate()
+        )
+        plan |= split
+    return plan
+
+
+def pre_norm_layer(layer: nn.Module, prefix: str) -> Plan:
+    """A decoder layer of attention and a gated MLP (or experts), with its norms."""
+    plan: Plan = {
+        f"{prefix}{name}": SequenceParallel(use_local_output=True)
+        for name, child in layer.named_children()
+        if is_norm(child)
+    }
+    plan |= attention_plan(layer.self_attn, f"{prefix}self_attn.")
+    mlp = layer.mlp
+    if hasattr(mlp, "experts"):
+        return plan | whole_block_plan(mlp, f"{prefix}mlp.")
+    return plan | gated_mlp_plan(f"{prefix}mlp.")
+
+
+def pre_norm_plan(model: nn.Module) -> Plan:
+    """The plan of ``model`` (a transformers causal LM or token classifier) over its decoder
+    stack ``model.base_model`` (module docstring)."""
+    stack = model.base_model
+    plan: Plan = {
+        "embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+        "layers.0": PrepareModuleInput(
+            input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=True
+        ),
+        "norm": SequenceParallel(),  # a DTensor cut by sequence: the module gathers it
+    }
+    for index, layer in enumerate(stack.layers):
+        plan |= pre_norm_layer(layer, f"layers.{index}.")
+    return plan

@@ -1,0 +1,131 @@
+"""Tensor parallelism on two real processes (gloo): every layer split over a tp axis of 2 by
+the family's plan (heads and MLP columns; the vocabulary of embedding and head; norms on
+tokens cut by sequence), equals the same roles unsplit on the same two processes (two
+data-parallel ranks): log-probs, loss, gradient norm and updated weights after a first and
+a second step. For the actor with padded rows (an odd length: filler columns) and packed
+rows (a filler row), LoRA, a tied head, Qwen3's per-head q/k norms, a mixture of experts
+(routed experts whole on each tensor rank, the shared expert split), the reference and the
+critic. Adam with eps = 1 makes
+a step close to lr x gradient, so equal weights mean equal gradients."""
+
+import pytest
+import torch
+
+from ascent.controller import ResourcePool, Role, spawn_groups
+from ascent.models.tiny_moe import build_tiny_moe
+from ascent.workers import (
+    ActorWorker,
+    CriticConfig,
+    CriticWorker,
+    ReferenceConfig,
+    ReferenceWorker,
+)
+from tests.families.models import build
+from tests.workers.data import rl_batch
+from tests.workers.test_actor import SMOOTH_ADAM, assert_same_weights, config
+from tests.workers.test_two_ranks import arranged
+
+pytestmark = pytest.mark.integration
+LORA = {"rank": 4, "alpha": 8}
+MICRO = {"tokens_per_micro_batch": 40, "chunk_tokens": 7}
+
+
+def roles(paths):
+    """name -> (role, config): each tp=2 role with its tp=1 twin."""
+    made = {}
+    for tp in (1, 2):
+        split = {"tensor": tp}
+        for name, path, model in (
+            ("actor", paths["qwen2"], {}),
+            ("packed", paths["qwen2"], {"packing": "packed"}),
+            ("lora", paths["qwen2"], {"lora": LORA}),
+            ("tied", paths["tied"], {}),
+            ("qwen3", paths["qwen3"], {}),
+            ("moe", paths["moe"], {"packing": "packed"}),  # its load metrics: real tokens
+        ):
+            model = {"path": path, **model}
+            made[f"{name}{tp}"] = ActorWorker, config(path, model=model, parallel=split, **MICRO)
+        made[f"ref{tp}"] = (
+            ReferenceWorker,
+            ReferenceConfig(model={"path": paths["qwen2"]}, parallel=split),
+        )
+        made[f"critic{tp}"] = (
+            CriticWorker,
+            CriticConfig(model={"path": paths["qwen2"]}, optim=SMOOTH_ADAM, parallel=split),
+        )
+    return made
+
+
+@pytest.fixture(scope="module")
+def paths(tiny_model, tiny_tied_model, tmp_path_factory):
+    """Qwen2 (untied and tied), Qwen3 (q/k norms) and a Qwen2-MoE (a shared expert beside
+    the routed ones) with two key/value heads, one per tensor rank."""
+    qwen3 = build("qwen3", tmp_path_factory.mktemp("qwen3") / "model")
+    moe = build_tiny_moe(
+        tmp_path_factory.mktemp("moe") / "model",
+        layers=3,
+        dense_layers=(1,),
+        kv_heads=2,
+        family="qwen2_moe",
+    )
+    return {"qwen2": tiny_model, "tied": tiny_tied_model, "moe": str(moe), "qwen3": str(qwen3)}
+
+
+@pytest.fixture(scope="module")
+def groups(paths, local_ray):
+    specs = {
+        name: Role(cls, args=(cfg,), replica_size=cfg.parallel.replica)
+        for name, (cls, cfg) in roles(paths).items()
+    }
+    spawned = spawn_groups(specs, ResourcePool(devices_per_node=2), backend="ray")
+    yield spawned
+    spawned["actor1"].shutdown()
+
+
+def same_updates(whole, split, batch, steps=2):
+    """Old log-probs, then ``steps`` updates on each: the same metrics and weights."""
+    for step in range(steps):
+        old = whole.log_probs(batch)["old_log_probs"]
+        torch.testing.assert_close(
+            split.log_probs(batch)["old_log_probs"], old, atol=2e-6, rtol=0, msg=f"step {step}"
+        )
+        batch = batch.assign(old_log_probs=old)
+        metrics_whole = whole.update(arranged(batch, 2))[0]
+        metrics_split = split.update(arranged(batch, 1))[0]
+        for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
+            assert metrics_split[key] == pytest.approx(metrics_whole[key], rel=1e-5, abs=1e-7), (
+                metrics_split[key],
+                metrics_whole[key],
+                key,
+                step,
+            )
+        assert_same_weights(whole.full_weights()[0], split.full_weights()[0], atol=1e-6)
+    return metrics_split
+
+
+@pytest.mark.parametrize("name", ["actor", "packed", "lora", "tied", "qwen3", "moe"])
+def test_split_tensors_give_the_same_updates(groups, name):
+    metrics = same_updates(groups[f"{name}1"], groups[f"{name}2"], rl_batch(rows=8, seed=41))
+    if name == "moe":
+        assert metrics["actor/moe/imbalance"] >= 1
+
+
+def test_reference_and_critic_with_split_tensors(groups):
+    batch = rl_batch(rows=8, seed=42)
+    torch.testing.assert_close(
+        groups["ref2"].log_probs(batch)["ref_log_probs"],
+        groups["ref1"].log_probs(batch)["ref_log_probs"],
+        atol=2e-6,
+        rtol=0,
+    )
+    values = groups["critic1"].values(batch)["values"]
+    torch.testing.assert_close(groups["critic2"].values(batch)["values"], values, atol=2e-6, rtol=0)
+    target = torch.where(batch["response_mask"].bool(), 1.0, 0.0)
+    batch = batch.assign(values=values, returns=target)
+    whole = groups["critic1"].update(arranged(batch, 2))[0]
+    split = groups["critic2"].update(arranged(batch, 1))[0]
+    for key in ("critic/vf_loss", "critic/grad_norm"):
+        assert split[key] == pytest.approx(whole[key], rel=1e-5), key
+    assert_same_weights(
+        groups["critic1"].full_weights()[0], groups["critic2"].full_weights()[0], atol=1e-6
+    )

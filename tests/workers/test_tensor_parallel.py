@@ -82,16 +82,17 @@ def groups(paths, local_ray):
     spawned["actor1"].shutdown()
 
 
-def same_updates(whole, split, batch, steps=2):
-    """Old log-probs, then ``steps`` updates on each: the same metrics and weights."""
+def same_updates(whole, split, batch, steps=2, dp_sizes=(2, 1)):
+    """Old log-probs, then ``steps`` updates on each (with ``dp_sizes`` data-parallel
+    replicas): the same metrics and weights."""
     for step in range(steps):
         old = whole.log_probs(batch)["old_log_probs"]
         torch.testing.assert_close(
             split.log_probs(batch)["old_log_probs"], old, atol=2e-6, rtol=0, msg=f"step {step}"
         )
         batch = batch.assign(old_log_probs=old)
-        metrics_whole = whole.update(arranged(batch, 2))[0]
-        metrics_split = split.update(arranged(batch, 1))[0]
+        metrics_whole = whole.update(arranged(batch, dp_sizes[0]))[0]
+        metrics_split = split.update(arranged(batch, dp_sizes[1]))[0]
         for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
             assert metrics_split[key] == pytest.approx(metrics_whole[key], rel=1e-5, abs=1e-7), (
                 metrics_split[key],
@@ -129,3 +130,19 @@ def test_reference_and_critic_with_split_tensors(groups):
     assert_same_weights(
         groups["critic1"].full_weights()[0], groups["critic2"].full_weights()[0], atol=1e-6
     )
+
+
+def test_a_checkpoint_saved_split_loads_whole_and_back(groups, tmp_path):
+    """tp=2 -> tp=1 and tp=1 -> tp=2: the same weights, and the optimiser state came along
+    (the next updates agree)."""
+    split, whole = groups["actor2"], groups["actor1"]
+    split.update(arranged(rl_batch(rows=8, seed=43), 1))
+    split.save_checkpoint(str(tmp_path / "split"))
+    whole.load_checkpoint(str(tmp_path / "split"))
+    assert_same_weights(split.full_weights()[0], whole.full_weights()[0], atol=0)
+    batch = rl_batch(rows=8, seed=44)
+    same_updates(whole, split, batch, steps=1)
+    whole.save_checkpoint(str(tmp_path / "whole"))
+    split.load_checkpoint(str(tmp_path / "whole"))
+    assert_same_weights(whole.full_weights()[0], split.full_weights()[0], atol=0)
+    same_updates(whole, split, rl_batch(rows=8, seed=45), steps=1)

@@ -51,7 +51,10 @@ def roles(tiny_model, tiny_moe):
         made[f"moe{sp}"] = (
             ActorWorker,
             config(
-                tiny_moe, model={"path": tiny_moe, "packing": PACKED}, parallel={"sequence": sp}, **actor
+                tiny_moe,
+                model={"path": tiny_moe, "packing": PACKED},
+                parallel={"sequence": sp},
+                **actor,
             ),
         )
         # experts split over the same two ranks that split the sequences (ep = sp)
@@ -76,7 +79,9 @@ def roles(tiny_model, tiny_moe):
         )
         made[f"ref{sp}"] = (
             ReferenceWorker,
-            ReferenceConfig(model={"path": tiny_model, "packing": PACKED}, parallel={"sequence": sp}),
+            ReferenceConfig(
+                model={"path": tiny_model, "packing": PACKED}, parallel={"sequence": sp}
+            ),
         )
         made[f"critic{sp}"] = CriticWorker, CriticConfig(**critic, parallel={"sequence": sp})
     return made

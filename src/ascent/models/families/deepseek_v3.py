@@ -13,6 +13,8 @@ and a mixture of experts with grouped top-k routing.
   their sigmoid scores (``router_weights``), renormalised and scaled as the router does.
 """
 
+from functools import partial
+
 from torch import Tensor, nn
 
 from ascent.models.families.attention import LatentAttention
@@ -33,6 +35,7 @@ from ascent.models.families.feed_forward import (
 )
 from ascent.models.families.reading import decoder_of, gated_mlp, kernel_of
 from ascent.models.families.spec import ModelFamily, TrainingHooks
+from ascent.models.families.tensor_plan import latent_attention_plan, pre_norm_plan
 
 
 def attention_of(attention: nn.Module, config: object) -> LatentAttention:
@@ -106,4 +109,5 @@ FAMILY = ModelFamily(
     model_types=("deepseek_v3",),
     read=read,
     training=TrainingHooks(router_weights=sigmoid_router_weights),
+    tensor_parallel_plan=partial(pre_norm_plan, attention=latent_attention_plan),
 )

@@ -27,6 +27,7 @@ from ascent.models.families.blocks import HalfRotation, Norm, Rotations
 from ascent.models.families.decoder import Decoder, DecoderBlock
 from ascent.models.families.reading import gated_mlp, head_attention
 from ascent.models.families.spec import ModelFamily
+from ascent.models.families.tensor_plan import pre_norm_plan
 
 norm = partial(Norm.of, offset=1.0, scale_in_float=True)
 
@@ -76,4 +77,6 @@ def read(model: nn.Module) -> Decoder:
     )
 
 
-FAMILY = ModelFamily(name="gemma3", model_types=("gemma3_text",), read=read)
+FAMILY = ModelFamily(
+    name="gemma3", model_types=("gemma3_text",), read=read, tensor_parallel_plan=pre_norm_plan
+)

@@ -14,6 +14,7 @@ from ascent.models.families.decoder import Decoder
 from ascent.models.families.feed_forward import Experts
 from ascent.models.families.reading import pre_norm_decoder
 from ascent.models.families.spec import ModelFamily, TrainingHooks
+from ascent.models.families.tensor_plan import pre_norm_plan
 
 
 @dataclass(frozen=True)
@@ -55,4 +56,5 @@ FAMILY = ModelFamily(
     model_types=("mixtral",),
     read=read,
     training=TrainingHooks(router_weights=router_weights),
+    tensor_parallel_plan=pre_norm_plan,
 )

@@ -23,14 +23,19 @@ every tensor rank (its input all-gathered, its output cut by sequence again): ex
 split over the ``ep`` axis instead, and a shared expert is column/row split.
 
 Every family whose attention projects q, k, v and o separately and whose MLP is gated
-(gate, up, down) uses ``pre_norm_plan``; a family with fused projections (Phi-3's
-``qkv_proj``) or norms over all heads at once (OLMo 2's q/k norms) declares none, and
-tensor parallelism refuses it by name.
+(gate, up, down) uses ``pre_norm_plan``; DeepSeek-V3's latent attention (MLA) uses it with
+``latent_attention_plan``. A family with fused projections (Phi-3's ``qkv_proj``) or norms
+over all heads at once (OLMo 2's q/k norms) declares none, and tensor parallelism refuses it
+by name.
 """
 
 from collections.abc import Callable
+from typing import Any
 
-from torch import nn
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -43,7 +48,7 @@ from torch.distributed.tensor.parallel import (
 
 # Module name -> its style, or styles applied in order (an input's and an output's).
 Plan = dict[str, ParallelStyle | tuple[ParallelStyle, ...]]
-LayerPlan = Callable[[nn.Module], Plan]
+AttentionPlan = Callable[[nn.Module, str], Plan]
 
 NORMS = ("RMSNorm", "LayerNorm")
 
@@ -82,6 +87,51 @@ def attention_plan(attention: nn.Module, prefix: str) -> Plan:
     return plan
 
 
+class _SumGradientColumns(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, start: int, group: Any) -> Tensor:
+        ctx.start, ctx.group = start, group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple:
+        grad = grad.clone()
+        columns = grad[..., ctx.start :].contiguous()
+        dist.all_reduce(columns, group=ctx.group)
+        grad[..., ctx.start :] = columns
+        return grad, None, None
+
+
+class SummedGradientColumns(ParallelStyle):
+    """A replicated module whose output columns [start:] every tensor rank's heads read alike
+    (MLA's rotary key, shared by all heads): the forward is unchanged, and their gradient,
+    which each rank collects from its own heads only, is summed over the ranks. (The other
+    columns reach the heads through a column-split layer, whose input gradient is summed
+    already.)"""
+
+    def __init__(self, start: int) -> None:
+        super().__init__()
+        self.start = start
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        group, start = device_mesh.get_group(), self.start
+        module.register_forward_hook(
+            lambda _module, _inputs, out: _SumGradientColumns.apply(out, start, group)
+        )
+        return module
+
+
+def latent_attention_plan(attention: nn.Module, prefix: str) -> Plan:
+    """DeepSeek-V3's multi-head latent attention: the low-rank projections into the latents
+    (q_a, kv_a and their norms) stay whole on every rank; the projections out of them into
+    heads (q_b or q, kv_b) are column-split and o row-split, as for plain attention."""
+    plan = {prefix.rstrip("."): gathered_input("hidden_states")}
+    query = "q_b_proj" if hasattr(attention, "q_b_proj") else "q_proj"
+    plan |= column_row((query, "kv_b_proj"), "o_proj", prefix, Shard(1))
+    plan[prefix + "kv_a_proj_with_mqa"] = SummedGradientColumns(attention.kv_lora_rank)
+    return plan
+
+
 def gated_mlp_plan(prefix: str) -> Plan:
     plan = {prefix.rstrip("."): gathered_input()}
     return plan | column_row(("gate_proj", "up_proj"), "down_proj", prefix, Shard(1))
@@ -96,32 +146,30 @@ def whole_block_plan(block: nn.Module, prefix: str) -> Plan:
             PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1)),
         )
     }
-    shared = getattr(block, "shared_expert", None)
-    if shared is not None:
-        split = column_row(
-            ("gate_proj", "up_proj"), "down_proj", f"{prefix}shared_expert.", Replicate()
-        )
-        plan |= split
+    for name in ("shared_expert", "shared_experts"):  # Qwen2-MoE's, DeepSeek's
+        if hasattr(block, name):
+            shared = f"{prefix}{name}."
+            plan |= column_row(("gate_proj", "up_proj"), "down_proj", shared, Replicate())
     return plan
 
 
-def pre_norm_layer(layer: nn.Module, prefix: str) -> Plan:
+def pre_norm_layer(layer: nn.Module, prefix: str, attention: AttentionPlan) -> Plan:
     """A decoder layer of attention and a gated MLP (or experts), with its norms."""
     plan: Plan = {
         f"{prefix}{name}": SequenceParallel(use_local_output=True)
         for name, child in layer.named_children()
         if is_norm(child)
     }
-    plan |= attention_plan(layer.self_attn, f"{prefix}self_attn.")
+    plan |= attention(layer.self_attn, f"{prefix}self_attn.")
     mlp = layer.mlp
     if hasattr(mlp, "experts"):
         return plan | whole_block_plan(mlp, f"{prefix}mlp.")
     return plan | gated_mlp_plan(f"{prefix}mlp.")
 
 
-def pre_norm_plan(model: nn.Module) -> Plan:
+def pre_norm_plan(model: nn.Module, attention: AttentionPlan = attention_plan) -> Plan:
     """The plan of ``model`` (a transformers causal LM or token classifier) over its decoder
-    stack ``model.base_model`` (module docstring)."""
+    stack ``model.base_model`` (module docstring), its attention split by ``attention``."""
     stack = model.base_model
     plan: Plan = {
         "embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
@@ -131,5 +179,5 @@ def pre_norm_plan(model: nn.Module) -> Plan:
         "norm": SequenceParallel(),  # a DTensor cut by sequence: the module gathers it
     }
     for index, layer in enumerate(stack.layers):
-        plan |= pre_norm_layer(layer, f"layers.{index}.")
+        plan |= pre_norm_layer(layer, f"layers.{index}.", attention)
     return plan

@@ -150,6 +150,58 @@ def test_what_cannot_split_its_tensors_is_refused(
     assert message in str(error.value)
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ("resources.devices_per_node=2", "actor.parallel.context=2"),
+            "actor.parallel.context=2 splits packed rows: set model.packing=packed",
+        ),
+        (
+            ("resources.devices_per_node=4", "model.packing=packed", "actor.parallel.context=3"),
+            "actor.parallel.context=3 must divide the 4 rank(s)",
+        ),
+        (
+            (
+                "resources.devices_per_node=4",
+                "model.packing=packed",
+                "actor.parallel.context=2",
+                "actor.parallel.sequence=4",
+            ),
+            "actor.parallel: context x sequence = 8 must divide the 4 rank(s)",
+        ),
+    ],
+)
+def test_what_cannot_split_its_context_is_refused(
+    tiny_model, prompts, tmp_path, overrides, message
+):
+    with pytest.raises(ConfigError) as error:
+        plan(tiny_model, prompts, tmp_path, *overrides)
+    assert message in str(error.value)
+
+
+def test_the_ring_is_not_bounded_by_the_key_value_heads(tiny_moe, prompts, tmp_path):
+    """One key/value head, four ring ranks: planned (Ulysses alone would be capped)."""
+    plan(
+        tiny_moe,
+        prompts,
+        tmp_path,
+        "resources.devices_per_node=4",
+        "model.packing=packed",
+        "actor.parallel.context=4",
+    )
+    with pytest.raises(ConfigError, match=r"does not split experts yet"):
+        plan(
+            tiny_moe,
+            prompts,
+            tmp_path,
+            "resources.devices_per_node=4",
+            "model.packing=packed",
+            "actor.parallel.context=2",
+            "actor.parallel.expert=2",
+        )
+
+
 def test_a_family_without_a_tensor_plan_is_refused_by_name(prompts, tmp_path):
     """Phi-3 fuses q, k and v into one projection: no plan yet, and the error says so."""
     phi3 = str(build("phi3", tmp_path / "phi3"))

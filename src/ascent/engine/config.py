@@ -126,7 +126,7 @@ class FSDPConfig(Strict):
 class ParallelConfig(Strict):
     """How a role's ranks split the model and the work: the axes of one device mesh
     (``ascent.engine.mesh``). The data-parallel degree is derived: ranks / (tensor x
-    sequence); FSDP shards parameters over every axis but ``tensor``. Checked against the
+    sequence x context); FSDP shards parameters over every axis but ``tensor``. Checked against the
     ranks, heads and experts before any worker starts."""
 
     tensor: int = Field(
@@ -146,6 +146,15 @@ class ParallelConfig(Strict):
         "model.packing=packed; must divide the ranks and the attention heads (per tensor "
         "rank).",
     )
+    context: int = Field(
+        1,
+        ge=1,
+        description="Ring context parallelism: each packed micro-batch's tokens split over "
+        "this many ranks in load-balanced chunks, attention computed round the ring (keys "
+        "and values passed on, softmax accumulated online); not bounded by the heads, and "
+        "combines with sequence (Ulysses inside each ring rank's share). Needs "
+        "model.packing=packed.",
+    )
     expert: int = Field(
         1,
         ge=1,
@@ -156,8 +165,8 @@ class ParallelConfig(Strict):
 
     @property
     def replica(self) -> int:
-        """Ranks given the same rows: one replica's tensor x sequence ranks."""
-        return self.tensor * self.sequence
+        """Ranks given the same rows: one replica's tensor x sequence x context ranks."""
+        return self.tensor * self.sequence * self.context
 
 
 NO_SPLIT = ParallelConfig()  # every axis 1: data parallelism over all ranks

@@ -16,6 +16,9 @@ are first split over the mesh's ep axis (``ascent.moe.expert_parallel``), and ea
 its own FSDP unit over the edp axis (``ascent.engine.mesh``). An expert's gradient sums the
 tokens of all ep ranks and is scaled to the same average over all W ranks.
 
+With ``parallel.context`` = cp > 1 the same holds for the cp x sp ranks that split a
+micro-batch (``ascent.engine.context_parallel``: a ring, Ulysses inside it).
+
 With ``parallel.sequence`` = sp > 1, the sp ranks of a replica share its micro-batches
 (``ascent.engine.ulysses``) and each contributes the gradient of its tokens. The losses are
 scaled by the replica count D = W / (sp tp), and each rank's gradient by sp (the gradient
@@ -36,6 +39,7 @@ from torch import Tensor, nn
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from ascent.engine.config import NO_SPLIT, FSDPConfig, OptimConfig, ParallelConfig
+from ascent.engine.context_parallel import ATTENTION as RING_ATTENTION
 from ascent.engine.gradients import clip_sharded_gradients
 from ascent.engine.loss_scale import LossScaler, Verdict
 from ascent.engine.mesh import TrainingMesh, training_mesh
@@ -116,7 +120,9 @@ class TrainEngine:
                 )
         module.to(device)
         mesh = training_mesh(device.type, parallel)
-        if mesh.sp is not None:
+        if mesh.cp is not None:
+            model.set_attn_implementation(RING_ATTENTION)
+        elif mesh.sp is not None:
             model.set_attn_implementation(ULYSSES_ATTENTION)
         if mesh.tp is not None:
             if tensor_plan is None:
@@ -159,10 +165,13 @@ class TrainEngine:
     @property
     def token_multiple(self) -> int:
         """What a micro-batch's length must be a multiple of: the tensor ranks cut it by
-        sequence into equal parts (times the sequence ranks, which cut it first)."""
+        sequence into equal parts (times the sequence ranks, which cut it first: into 2 per
+        ring rank with context parallelism)."""
         if self.mesh.tp is None:
             return 1
-        return self.mesh.tp.size() * (self.mesh.sp.size() if self.mesh.sp is not None else 1)
+        sequence = self.mesh.sequence.size() if self.mesh.sequence is not None else 1
+        ring = 2 if self.mesh.cp is not None else 1
+        return self.mesh.tp.size() * sequence * ring
 
     def train(self, mode: bool = True) -> None:
         self.module.train(mode)

@@ -23,6 +23,11 @@ small, tp), consecutive ranks innermost (the tp axis is left out when tp = 1), a
 
 Without sp and ep the mesh is (fsdp, tp), or the one axis ``fsdp`` (which is also ``dp``)
 without tp either.
+
+With ring context parallelism cp > 1 (``ascent.engine.context_parallel``) the mesh is
+(dp, cp, sp, tp): ``cp`` the ring, sp Ulysses inside it, ``sequence`` their product (the
+ranks that split one micro-batch's tokens and gather its results), ``fsdp`` every axis but
+tp; experts are not split over it yet.
 """
 
 from dataclasses import dataclass
@@ -40,6 +45,8 @@ class TrainingMesh:
     tp: DeviceMesh | None = None  # the tensor-parallel axis (None: weights are not split)
     sp: DeviceMesh | None = None  # the sequence-parallel axis (None: sequences stay whole)
     ep: DeviceMesh | None = None  # the expert-parallel axis (None: experts are not split)
+    cp: DeviceMesh | None = None  # the ring's axis (None: no ring context parallelism)
+    sequence: DeviceMesh | None = None  # ranks splitting a micro-batch (cp x sp; else sp)
     edp: DeviceMesh | None = None  # the ranks sharing an expert shard
 
     @property
@@ -72,6 +79,8 @@ def training_mesh(device_type: str, parallel: ParallelConfig = NO_SPLIT) -> Trai
             "other (they share the mesh's inner axes)"
         )
     with_tp = ("tp",) if tensor > 1 else ()
+    if parallel.context > 1:
+        return _ring_mesh(device_type, parallel, world, with_tp)
     if big == 1:
         names: tuple[str, ...] = ("fsdp",)
         mesh = init_device_mesh(
@@ -104,7 +113,37 @@ def training_mesh(device_type: str, parallel: ParallelConfig = NO_SPLIT) -> Trai
         fsdp=axes(*names),
         dp=axes(*dp) if sequence > 1 or with_tp else None,
         sp=axes(*sp) if sequence > 1 else None,
+        sequence=axes(*sp) if sequence > 1 else None,
         ep=axes(*ep) if expert > 1 else None,
         edp=axes(*edp) if expert > 1 else None,
+        tp=mesh["tp"] if with_tp else None,
+    )
+
+
+def _ring_mesh(
+    device_type: str, parallel: ParallelConfig, world: int, with_tp: tuple[str, ...]
+) -> TrainingMesh:
+    """(dp, cp, sp[, tp]) for ring context parallelism (module docstring)."""
+    ring, ulysses = parallel.context, parallel.sequence
+    if parallel.expert > 1:
+        raise ValueError(
+            "parallel.context > 1 does not split experts yet: set parallel.expert=1 (or split "
+            "sequences with parallel.sequence instead of the ring)"
+        )
+    rest = world // parallel.tensor
+    if rest % (ring * ulysses):
+        raise ValueError(
+            f"parallel.context={ring} x parallel.sequence={ulysses} does not divide the {rest} "
+            "ranks outside the tensor axis; choose divisors"
+        )
+    names = ("dp", "cp", "sp")
+    shape = (rest // (ring * ulysses), ring, ulysses, parallel.tensor)[: 3 + len(with_tp)]
+    mesh = init_device_mesh(device_type, shape, mesh_dim_names=names + with_tp)
+    return TrainingMesh(
+        fsdp=mesh[names]._flatten("dp_cp_sp"),
+        dp=mesh["dp"],
+        sp=mesh["sp"] if ulysses > 1 else None,
+        cp=mesh["cp"],
+        sequence=mesh["cp", "sp"]._flatten("cp_sp"),
         tp=mesh["tp"] if with_tp else None,
     )

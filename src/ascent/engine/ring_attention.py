@@ -9,9 +9,10 @@ j when row_i = row_j and index_j <= index_i.
 Forward, at step s = 0 .. P-1 rank r holds the keys and values of rank (r - s) mod P and
 attends its queries to them (one block), then passes them on:
 
-    S      = q kᵀ · scale, masked to -inf         (H, n, n_k)
-    lse_b  = logsumexp_j S                         out_b = softmax(S) v
-    lse    = logaddexp(lse, lse_b)                 out   = out e^(lse_old - lse) + out_b e^(lse_b - lse)
+    S      = q kᵀ · scale, masked to -inf        (H, n, n_k)
+    lse_b  = logsumexp_j S,   out_b = softmax(S) v
+    lse'   = logaddexp(lse, lse_b)
+    out'   = out e^(lse - lse') + out_b e^(lse_b - lse')
 
 Backward (dO given; Δ = Σ_d dO · O per query): the blocks go round again, each with its
 running dK, dV, so that after P passes they are home complete:
@@ -53,7 +54,7 @@ def _pass_on(tensors: list[Tensor], ring: Ring) -> list[Tensor]:
     """Send ``tensors`` to the next rank and receive the previous rank's (same shapes: every
     rank holds as many tokens)."""
     next_rank, previous = ring.neighbours()
-    received = [torch.empty_like(t) for t in tensors]
+    received = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in tensors]
     operations = [dist.P2POp(dist.isend, t.contiguous(), next_rank, ring.group) for t in tensors]
     operations += [dist.P2POp(dist.irecv, t, previous, ring.group) for t in received]
     for request in dist.batch_isend_irecv(operations):
@@ -95,7 +96,9 @@ class _RingAttention(torch.autograd.Function):
             k_b, v_b, index_b, row_b = block
             if step < ring.size - 1:
                 block_next = _pass_on(block, ring)
-            scores = _scores(q32, _repeat(k_b.float(), heads), _allowed(ring, index_b, row_b), scale)
+            scores = _scores(
+                q32, _repeat(k_b.float(), heads), _allowed(ring, index_b, row_b), scale
+            )
             block_lse = torch.logsumexp(scores, dim=-1)
             finite = torch.where(block_lse.isinf(), 0.0, block_lse)
             block_out = torch.einsum(
@@ -103,9 +106,10 @@ class _RingAttention(torch.autograd.Function):
             )
             merged = torch.logaddexp(lse, block_lse)
             merged_finite = torch.where(merged.isinf(), 0.0, merged)
-            out = out * (lse - merged_finite).exp()[..., None] + block_out * (
-                block_lse - merged_finite
-            ).exp()[..., None]
+            out = (
+                out * (lse - merged_finite).exp()[..., None]
+                + block_out * (block_lse - merged_finite).exp()[..., None]
+            )
             lse = merged
             if step < ring.size - 1:
                 block = block_next
@@ -129,7 +133,9 @@ class _RingAttention(torch.autograd.Function):
             scores = _scores(q32, k_h, _allowed(ring, index_b, row_b), scale)
             p = (scores - lse[..., None]).exp()  # masked: exp(-inf) = 0
             d_v = d_v + _fold(torch.einsum("hqk,hqd->hkd", p, d_out), groups)
-            d_scores = p * (torch.einsum("hqd,hkd->hqk", d_out, _repeat(v_b.float(), heads)) - delta)
+            d_scores = p * (
+                torch.einsum("hqd,hkd->hqk", d_out, _repeat(v_b.float(), heads)) - delta
+            )
             d_q += torch.einsum("hqk,hkd->hqd", d_scores, k_h) * scale
             d_k = d_k + _fold(torch.einsum("hqk,hqd->hkd", d_scores, q32) * scale, groups)
             # every block goes round once more with its gradients: P passes bring it home

@@ -17,14 +17,17 @@ from ascent.algos import LossNormalizer
 from ascent.batch import Batch
 from ascent.controller import Dispatch, register
 from ascent.engine.config import NO_SPLIT, ModelConfig, ParallelConfig
+from ascent.engine.context_parallel import SplitAxes, shard_context
 from ascent.engine.export import export_hf
 from ascent.engine.fsdp import TrainEngine
+from ascent.engine.mesh import TrainingMesh
 from ascent.engine.modules import PolicyModule, unwrap
 from ascent.engine.packing import PackedSequences, pack_for_responses
+from ascent.engine.sequence_shard import SequenceShard
 from ascent.engine.state import load_engine, save_engine
 from ascent.engine.tensor_parallel import TensorPlan
 from ascent.engine.token_budget import synchronized_micro_batches
-from ascent.engine.ulysses import SequenceShard, shard_sequence
+from ascent.engine.ulysses import shard_sequence
 from ascent.models.families import family_of
 from ascent.models.families.registry import tensor_parallel_plan
 from ascent.models.loading import load_causal_lm
@@ -103,7 +106,7 @@ def policy_forward(
             query_index=shard.query_index,
             targets=shard.targets,
             temperature=temperature,
-            ulysses=shard.context,
+            sequence_split=shard.context,
         )
         return inputs.unpack(shard.gather(log_probs)), inputs.unpack(shard.gather(entropy))
     outputs = module(
@@ -127,7 +130,7 @@ def value_forward(engine: TrainEngine, batch: Batch, device: torch.device, packe
             shard.input_ids,
             position_ids=shard.position_ids,
             query_index=shard.query_index,
-            ulysses=shard.context,
+            sequence_split=shard.context,
         )
         return inputs.unpack(shard.gather(values))
     values = module(
@@ -153,15 +156,34 @@ def check_replicas(ctx: Any, parallel: ParallelConfig) -> None:
 def sequence_shard(
     engine: TrainEngine, batch: Batch, inputs: PackedSequences
 ) -> SequenceShard | None:
-    """This rank's share of the packed micro-batch under sequence parallelism (None
-    without); rows with images are refused (their vision inputs are not split yet)."""
-    if engine.mesh.sp is None:
+    """This rank's share of the packed micro-batch under sequence or context parallelism
+    (None without); rows with images are refused (their vision inputs are not split yet)."""
+    mesh = engine.mesh
+    if mesh.sequence is None:
         return None
     images = batch.get("images")
     if images and any(images):
-        raise ValueError("parallel.sequence > 1 does not take rows with images yet; set it to 1")
-    sp = engine.mesh.sp
-    return shard_sequence(inputs, sp.get_group(), sp.size(), sp.get_local_rank())
+        raise ValueError(
+            "parallel.sequence or .context > 1 does not take rows with images yet; set them to 1"
+        )
+    if mesh.cp is None:
+        sp = mesh.sp
+        return shard_sequence(inputs, sp.get_group(), sp.size(), sp.get_local_rank())
+    return shard_context(inputs, split_axes(mesh))
+
+
+def split_axes(mesh: TrainingMesh) -> SplitAxes:
+    """The ring's and Ulysses' groups of ``mesh`` (Ulysses: this rank alone when sp = 1)."""
+    sp, cp = mesh.sp, mesh.cp
+    return SplitAxes(
+        ring_group=cp.get_group(),
+        ring_size=cp.size(),
+        ring_rank=cp.get_local_rank(),
+        ulysses_group=sp.get_group() if sp is not None else None,
+        ulysses_size=sp.size() if sp is not None else 1,
+        ulysses_rank=sp.get_local_rank() if sp is not None else 0,
+        sequence_group=mesh.sequence.get_group(),
+    )
 
 
 def load_policy_model(model_cfg: ModelConfig) -> nn.Module:

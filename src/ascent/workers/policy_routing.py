@@ -14,7 +14,7 @@ from ascent.batch import Batch
 from ascent.engine.fsdp import TrainEngine
 from ascent.engine.modules import unwrap
 from ascent.engine.packing import PackedSequences
-from ascent.engine.ulysses import SequenceShard
+from ascent.engine.sequence_shard import SequenceShard
 from ascent.models.families import family_of
 from ascent.moe.replay import RouterReplay, laid_out_routes, routing_mismatch
 from ascent.moe.routing import RouterTape, routers_of, routing_terms

@@ -41,12 +41,13 @@ def check_parallel(config: RLConfig, needs: Needs) -> None:
         if checkpoint is None:
             continue  # the model's own loading names the missing checkpoint
         check_experts(f"{role}.parallel.expert", parallel.expert, checkpoint, model.path)
-        if parallel.sequence > 1 and not model.packed:
-            raise ConfigError(
-                f"{role}.parallel.sequence={parallel.sequence} splits packed rows: set "
-                f"model.packing=packed (with attn_implementation={model.attn_implementation} "
-                "the rows stay padded)"
-            )
+        for name, size in (("sequence", parallel.sequence), ("context", parallel.context)):
+            if size > 1 and not model.packed:
+                raise ConfigError(
+                    f"{role}.parallel.{name}={size} splits packed rows: set "
+                    f"model.packing=packed (with attn_implementation="
+                    f"{model.attn_implementation} the rows stay padded)"
+                )
         check_heads(f"{role}.parallel", parallel, checkpoint)
         if parallel.tensor > 1:
             check_tensor_split(f"{role}.parallel.tensor={parallel.tensor}", parallel, checkpoint)
@@ -57,12 +58,23 @@ def check_ranks(field: str, parallel: ParallelConfig, world: int) -> None:
     if world % tensor:
         raise ConfigError(f"{field}.tensor={tensor} must divide the {world} training rank(s)")
     rest = world // tensor
-    for name, size in (("sequence", sequence), ("expert", expert)):
+    context = parallel.context
+    for name, size in (("sequence", sequence), ("expert", expert), ("context", context)):
         if rest % size:
             raise ConfigError(
                 f"{field}.{name}={size} must divide the {rest} rank(s) outside the tensor axis "
                 f"({world} training ranks / tensor {tensor})"
             )
+    if context > 1 and rest % (context * sequence):
+        raise ConfigError(
+            f"{field}: context x sequence = {context * sequence} must divide the {rest} "
+            "rank(s) outside the tensor axis"
+        )
+    if context > 1 and expert > 1:
+        raise ConfigError(
+            f"{field}.context={context} does not split experts yet: set {field}.expert=1, or "
+            f"split sequences with {field}.sequence instead of the ring"
+        )
     if max(expert, sequence) % min(expert, sequence):
         raise ConfigError(
             f"{field}.sequence={sequence} and {field}.expert={expert}: one must divide the "
@@ -118,12 +130,11 @@ def check_tensor_split(field: str, parallel: ParallelConfig, checkpoint: dict) -
 
 
 def describe_parallel(role: str, parallel: ParallelConfig, world: int) -> str:
-    """``role: 8 ranks = data 2 x tensor 2 x sequence 2 (experts over 2)``: the plan's line."""
+    """``role: 8 rank(s) = data 2 x tensor 2 x context 2 (experts over 2)``: the plan's
+    line."""
     data = world // parallel.replica
-    parts = [f"data {data}"] + [
-        f"{name} {size}"
-        for name, size in (("tensor", parallel.tensor), ("sequence", parallel.sequence))
-        if size > 1
-    ]
+    axes = (("tensor", parallel.tensor), ("sequence", parallel.sequence))
+    axes += (("context", parallel.context),)
+    parts = [f"data {data}"] + [f"{name} {size}" for name, size in axes if size > 1]
     experts = f" (experts over {parallel.expert})" if parallel.expert > 1 else ""
     return f"  {role}: {world} rank(s) = {' x '.join(parts)}{experts}"

@@ -1,30 +1,57 @@
-"""Sequence and expert parallelism on two processes (gloo), side by side with their absence.
+"""Data, tensor, sequence (Ulysses), ring context and expert parallelism on CPU processes
+(gloo), side by side: what each rank holds of the parameters and of the activations.
 
-- ``sp``: one packed micro-batch of ``--tokens`` tokens through the actor's forward and
-  backward (``policy_forward`` on the FSDP2 engine), whole on each rank (sequence_parallel
-  1: each rank has a micro-batch of its own) or split over the two ranks (Ulysses, 2).
-  Activation memory per rank: the bytes the forward keeps for the backward (every tensor
-  autograd saves, counted once per storage; of which the (N, N) attention masks that
-  transformers' packed SDPA path builds and CPU SDPA keeps per layer, which the Ulysses
-  path, attending row by row, does not have), and the peak RSS growth of the step. Tokens/s:
-  tokens of the micro-batch over the step's time (for sp=2, the two ranks work on one
-  micro-batch).
-- ``ep``: a mixture of experts, ``--tokens`` tokens per rank through forward and backward,
-  every expert on every rank (FSDP shards; transformers' experts loop) or half of them on
-  each (fsdp.expert_parallel 2; ascent's batched dispatch and two all-to-alls per layer).
-  Tokens/s per rank.
+Each layout is one ``ParallelConfig`` on a world of 2 or 4 ranks (the data-parallel degree
+is what is left: ranks / (tensor x sequence x context)):
 
-Each configuration runs in fresh processes (one thread each: two processes on two cores);
-the medians over ``--repeats`` steps after one warm-up step are printed with their ratios.
+- ``dense2``: a dense Qwen2-shaped model (8 heads, 2 key/value heads) on 2 ranks: data 2
+  (nothing split), sequence 2, context 2, tensor 2;
+- ``dense4``: the same model on 4 ranks: data 4, tensor 2 x data 2, tensor 2 x context 2,
+  context 4;
+- ``moe``: a mixture of experts (8 experts, 2 per token; 4 heads, 2 key/value heads) on 2
+  ranks: data 2, expert 2, tensor 2.
 
-    python bench/model_parallel.py                         # both, 4096 tokens
-    python bench/model_parallel.py --what sp --tokens 8192 --json results/sp.json
+A replica (the tensor x sequence x context ranks that split one micro-batch) is given one
+packed micro-batch of ``--tokens`` tokens per step (a multiple of 512: rows of 512 tokens,
+the last quarter the response; the same rows on every rank of the replica, other rows on
+other replicas) and runs the actor's forward and backward on it (``policy_forward`` on the
+FSDP2 ``TrainEngine``, packed rows). Measured per rank, the largest over the ranks reported:
+
+- parameters: the bytes of the rank's local shard of each of ``engine.module.parameters()``
+  after construction (``DTensor.to_local()``: FSDP2 shards over every axis but tensor, the
+  family's tensor plan splits over the tensor axis; it leaves a mixture-of-experts block
+  whole on every tensor rank, experts being split over the expert axis instead);
+- saved activations: the bytes the forward keeps for the backward (every tensor autograd
+  saves, a DTensor by its local tensor, counted once per storage), of which the (..., n, n)
+  constants (no gradient) over the packed tokens, n the micro-batch's length or the rank's
+  share of it: the attention masks that transformers' packed SDPA path builds and CPU SDPA
+  keeps per layer (tensor parallelism too: every tensor rank attends over all N tokens),
+  which the Ulysses and ring paths do not have;
+- RSS growth: how far a measured step raises the process's peak resident memory
+  (``ru_maxrss``) above the peak of the steps before it, the largest over the measured
+  steps. The warm-up step has set that peak already, so this is what a step adds beyond an
+  identical step (allocator drift), not its footprint; the JSON also has the warm-up step's
+  growth over the peak after construction (``rss_first_step_growth_mib_per_rank``), closer
+  to a footprint but with one-time allocations in it;
+- step seconds: from a barrier before the forward to a barrier after the backward.
+  Tokens/s: every replica's tokens, (ranks / replica) x ``--tokens``, over the step's time.
+
+Each layout runs in fresh processes, each with one thread (``torch.set_num_threads(1)``);
+step seconds and saved bytes are medians over ``--repeats`` steps after one warm-up step.
+The machine this was written for has 2 cores, so the 4-rank layouts run 4 single-threaded
+processes on 2 cores: CPU tokens/s are for comparing memory, not speed, and 2- and 4-rank
+rows are not comparable. Ratios are against the data-parallel row of the same model and
+rank count.
+
+    python bench/model_parallel.py                         # everything, 4096 tokens
+    python bench/model_parallel.py --what dense2 --tokens 8192 --json results/dense2.json
 """
 
 import argparse
 import json
 import os
 import resource
+import socket
 import statistics
 import tempfile
 import time
@@ -33,15 +60,39 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch import nn
+from torch.distributed.tensor import DTensor
 
 from ascent.batch import Batch
 from ascent.engine import FSDPConfig, PolicyModule, TrainEngine
+from ascent.engine.config import ParallelConfig
 from ascent.models import load_causal_lm
 from ascent.models.tiny import build_tiny_model
 from ascent.models.tiny_moe import build_tiny_moe
-from ascent.workers.common import policy_forward
+from ascent.workers.common import policy_forward, split_plan
 
 ROW_TOKENS = 512  # packed rows of this length (the last quarter is the response)
+
+# (model, ranks, layout label, ParallelConfig fields) per --what
+LAYOUTS = {
+    "dense2": [
+        ("dense", 2, "data 2", {}),
+        ("dense", 2, "sequence 2", {"sequence": 2}),
+        ("dense", 2, "context 2", {"context": 2}),
+        ("dense", 2, "tensor 2", {"tensor": 2}),
+    ],
+    "dense4": [
+        ("dense", 4, "data 4", {}),
+        ("dense", 4, "tensor 2 x data 2", {"tensor": 2}),
+        ("dense", 4, "tensor 2 x context 2", {"tensor": 2, "context": 2}),
+        ("dense", 4, "context 4", {"context": 4}),
+    ],
+    "moe": [
+        ("moe", 2, "data 2", {}),
+        ("moe", 2, "expert 2", {"expert": 2}),
+        ("moe", 2, "tensor 2", {"tensor": 2}),
+    ],
+}
 
 
 def rows_batch(tokens: int, vocab: int, seed: int) -> Batch:
@@ -56,17 +107,30 @@ def rows_batch(tokens: int, vocab: int, seed: int) -> Batch:
     )
 
 
-def saved_bytes_of(step, packed_tokens: int) -> tuple[int, int, torch.Tensor]:
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def parameter_bytes(module: nn.Module) -> int:
+    """Bytes of this rank's shard of each of ``module``'s parameters."""
+    return sum(local(p).numel() * local(p).element_size() for p in module.parameters())
+
+
+def saved_bytes_of(step, sides: set[int]) -> tuple[int, int, torch.Tensor]:
     """Bytes of the tensors autograd saves for the backward while ``step`` runs its forward
-    (each storage once), of which those (..., N, N) over the packed sequence (attention
-    masks), and the step's loss."""
+    (each storage once), of which the constants (no gradient) of shape (..., n, n) with n in
+    ``sides`` (attention masks), and the step's loss."""
     storages: dict[int, int] = {}
     squares: dict[int, int] = {}
 
     def pack(tensor):
-        storage = tensor.untyped_storage()
+        plain = local(tensor)
+        storage = plain.untyped_storage()
         storages[storage.data_ptr()] = storage.nbytes()
-        if tensor.dim() >= 2 and tensor.shape[-1] == tensor.shape[-2] == packed_tokens:
+        # a mask is a constant; an (n, n) that needs a gradient is an activation or a weight
+        # whose sizes happen to match n
+        constant = not plain.requires_grad
+        if plain.dim() >= 2 and plain.shape[-1] == plain.shape[-2] in sides and constant:
             squares[storage.data_ptr()] = storage.nbytes()
         return tensor
 
@@ -78,63 +142,83 @@ def saved_bytes_of(step, packed_tokens: int) -> tuple[int, int, torch.Tensor]:
 def worker(rank: int, config: dict, port: int, results: dict) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dist.init_process_group("gloo", rank=rank, world_size=config["ranks"])
+    parallel = ParallelConfig(**config["parallel"])
     model = load_causal_lm(config["model"], attn_implementation="sdpa")
+    module = PolicyModule(model, chunk_tokens=1024)
     engine = TrainEngine(
-        PolicyModule(model, chunk_tokens=1024),
+        module,
         device=torch.device("cpu"),
-        fsdp=FSDPConfig(expert_parallel=config["ep"]),
+        fsdp=FSDPConfig(),
         optim=None,
-        sequence_parallel=config["sp"],
+        parallel=parallel,
+        tensor_plan=split_plan(module, parallel),
     )
-    # sp=2: both ranks take the same micro-batch; otherwise each rank has its own
-    seed = 0 if config["sp"] > 1 else rank
-    batch = rows_batch(config["tokens"], model.config.vocab_size, seed)
+    params = parameter_bytes(engine.module)
+    # a replica is consecutive ranks (ascent.engine.mesh): the same rows within, others across
+    batch = rows_batch(config["tokens"], model.config.vocab_size, rank // parallel.replica)
+    packed_tokens = max(config["tokens"] // ROW_TOKENS, 1) * ROW_TOKENS
+    split = parallel.sequence * parallel.context
+    sides = {packed_tokens, packed_tokens // split}
 
     def step():
         log_probs, entropy = policy_forward(engine, batch, torch.device("cpu"), 1.0, True)
         return log_probs.sum() - 0.01 * entropy.sum()
 
-    times, saved, masks, rss = [], [], [], []
+    times, saved, masks, rss, first_rss = [], [], [], [], 0
     for repeat in range(config["repeats"] + 1):
         dist.barrier()
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         began = time.perf_counter()
-        kept, square, loss = saved_bytes_of(step, config["tokens"])
+        kept, square, loss = saved_bytes_of(step, sides)
         loss.backward()
         dist.barrier()
         took = time.perf_counter() - began
         engine.zero_grad()
         for param in engine.module.parameters():
             param.grad = None
-        if repeat:  # the first step warms up
+        if not repeat:  # the first step warms up
+            first_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        else:
             times.append(took)
             saved.append(kept)
             masks.append(square)
             rss.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
     results[rank] = {
         "seconds": statistics.median(times),
+        "params_mib": params / 2**20,
         "saved_mib": statistics.median(saved) / 2**20,
         "mask_mib": statistics.median(masks) / 2**20,
         "rss_growth_mib": max(rss) / 1024,
+        "rss_first_step_growth_mib": first_rss / 1024,
     }
     dist.destroy_process_group()
 
 
-def measure(config: dict, port: int) -> dict:
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def measure(config: dict) -> dict:
     manager = mp.Manager()
     results = manager.dict()
-    mp.spawn(worker, args=(config, port, results), nprocs=2)
-    per_rank = [results[0], results[1]]
-    seconds = max(r["seconds"] for r in per_rank)  # a step ends when both ranks are done
-    tokens = config["tokens"] * (1 if config["sp"] > 1 else 2)  # both ranks together
+    mp.spawn(worker, args=(config, free_port(), results), nprocs=config["ranks"])
+    per_rank = [results[rank] for rank in range(config["ranks"])]
+    seconds = max(r["seconds"] for r in per_rank)  # a step ends when every rank is done
+    replica = ParallelConfig(**config["parallel"]).replica
+    tokens = config["tokens"] * (config["ranks"] // replica)  # every replica's tokens
     return {
         **config,
+        "replica": replica,
         "step_s": seconds,
         "tokens_per_s": tokens / seconds,
+        "params_mib_per_rank": max(r["params_mib"] for r in per_rank),
         "saved_mib_per_rank": max(r["saved_mib"] for r in per_rank),
         "mask_mib_per_rank": max(r["mask_mib"] for r in per_rank),
         "rss_growth_mib_per_rank": max(r["rss_growth_mib"] for r in per_rank),
+        "rss_first_step_growth_mib_per_rank": max(r["rss_first_step_growth_mib"] for r in per_rank),
     }
 
 
@@ -157,24 +241,23 @@ def models(root: Path) -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--what", choices=["sp", "ep", "both"], default="both")
-    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--what", choices=[*LAYOUTS, "all"], default="all")
+    parser.add_argument("--tokens", type=int, default=4096, help="tokens per replica and step")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=str, default=None)
     args = parser.parse_args()
+    runs = [run for what, runs in LAYOUTS.items() if args.what in (what, "all") for run in runs]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         paths = models(Path(tmp))
-        runs = []
-        if args.what in ("sp", "both"):
-            runs += [("sp", paths["dense"], 1, sp) for sp in (1, 2)]
-        if args.what in ("ep", "both"):
-            runs += [("ep", paths["moe"], ep, 1) for ep in (1, 2)]
-        for index, (kind, path, ep, sp) in enumerate(runs):
-            config = {"kind": kind, "model": path, "ep": ep, "sp": sp}
+        for model, ranks, layout, parallel in runs:
+            config = {"model_name": model, "model": paths[model], "ranks": ranks}
+            config |= {"layout": layout, "parallel": parallel}
             config |= {"tokens": args.tokens, "repeats": args.repeats}
-            rows.append(measure(config, 29600 + index))
+            rows.append(measure(config))
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "model"}), flush=True)
+    # the model's path was in the temporary directory, gone now
+    rows = [{k: v for k, v in row.items() if k != "model"} for row in rows]
     print_table(rows)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -183,26 +266,39 @@ def main() -> None:
 
 def print_table(rows: list[dict]) -> None:
     print(
-        f"\n{'what':<5}{'ep':>4}{'sp':>4}{'tokens':>8}{'step s':>9}{'tok/s':>9}"
-        f"{'saved MiB/rank':>16}{'of which N x N':>16}{'RSS growth MiB/rank':>21}"
+        f"\n{'model':<7}{'ranks':>6}  {'layout':<22}{'tokens/replica':>15}{'step s':>9}"
+        f"{'tok/s':>8}{'params MiB/rank':>17}{'saved MiB/rank':>16}{'of which N x N':>16}"
+        f"{'RSS growth MiB/rank':>21}"
     )
     for row in rows:
         print(
-            f"{row['kind']:<5}{row['ep']:>4}{row['sp']:>4}{row['tokens']:>8}{row['step_s']:>9.3f}"
-            f"{row['tokens_per_s']:>9.0f}{row['saved_mib_per_rank']:>16.1f}"
-            f"{row['mask_mib_per_rank']:>16.1f}{row['rss_growth_mib_per_rank']:>21.1f}"
+            f"{row['model_name']:<7}{row['ranks']:>6}  {row['layout']:<22}{row['tokens']:>15}"
+            f"{row['step_s']:>9.3f}{row['tokens_per_s']:>8.0f}{row['params_mib_per_rank']:>17.2f}"
+            f"{row['saved_mib_per_rank']:>16.1f}{row['mask_mib_per_rank']:>16.1f}"
+            f"{row['rss_growth_mib_per_rank']:>21.1f}"
         )
-    for kind, knob in (("sp", "sp"), ("ep", "ep")):
-        pair = [r for r in rows if r["kind"] == kind]
-        if len(pair) == 2:
-            one, two = sorted(pair, key=lambda r: r[knob])
-            rest = [r["saved_mib_per_rank"] - r["mask_mib_per_rank"] for r in (one, two)]
-            print(
-                f"{kind}=2 / {kind}=1: saved memory per rank x"
-                f"{two['saved_mib_per_rank'] / one['saved_mib_per_rank']:.2f} (without N x N "
-                f"masks x{rest[1] / rest[0]:.2f}), tokens/s x"
-                f"{two['tokens_per_s'] / one['tokens_per_s']:.2f}"
-            )
+    print(
+        f"One thread per process on {os.cpu_count()} CPU cores (4-rank rows oversubscribe a "
+        "2-core machine): tok/s are for comparing memory, not speed, and are not comparable "
+        "between 2- and 4-rank rows."
+    )
+    for row in rows:
+        data = [
+            other
+            for other in rows
+            if other["model_name"] == row["model_name"]
+            and other["ranks"] == row["ranks"]
+            and not other["parallel"]
+        ]
+        if not data or row is data[0]:
+            continue
+        base = data[0]
+        print(
+            f"{row['model_name']} on {row['ranks']}, {row['layout']} / {base['layout']}: "
+            f"params x{row['params_mib_per_rank'] / base['params_mib_per_rank']:.2f}, "
+            f"saved x{row['saved_mib_per_rank'] / base['saved_mib_per_rank']:.2f}, "
+            f"tok/s x{row['tokens_per_s'] / base['tokens_per_s']:.2f}"
+        )
 
 
 if __name__ == "__main__":

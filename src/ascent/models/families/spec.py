@@ -14,8 +14,8 @@ A ``ModelFamily`` says, for the transformers model types it covers (a config's
   (the tokens per expert change every step).
 - ``training``: the trainer's hooks (``TrainingHooks``): the forward's own inputs (pixel
   values, M-RoPE positions) and how a router's weights follow from replayed experts.
-- ``tensor_parallel_plan``: how its layers shard over a tensor-parallel mesh axis (a slot
-  for the scale work; None: not planned yet).
+- ``tensor_parallel_plan(model) -> plan``: how its layers split over the mesh's tensor
+  axis (``ascent.models.families.tensor_plan``); None: tensor parallelism refuses it.
 
 Engines, the scheduler, the KV cache and the trainer ask the family; they never test an
 architecture's name.

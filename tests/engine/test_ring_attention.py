@@ -61,7 +61,14 @@ def _rank(rank, size, kind, store, out):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("size, kind", [(2, "balanced"), (3, "balanced"), (2, "shuffled")])
+@pytest.mark.parametrize(
+    "size, kind",
+    [
+        (3, "balanced"),
+        pytest.param(2, "balanced", marks=pytest.mark.slow),
+        pytest.param(2, "shuffled", marks=pytest.mark.slow),
+    ],
+)
 def test_ring_attention_equals_whole_attention(tmp_path, size, kind):
     out = tmp_path / "ring"
     mp.spawn(_rank, args=(size, kind, str(tmp_path / "store"), str(out)), nprocs=size)

@@ -10,13 +10,24 @@ import pytest
 from ascent.controller import ResourcePool, Role, spawn_groups
 from ascent.workers import ActorWorker
 from tests.workers.data import rl_batch
+from tests.workers.split_checks import MICRO, same_updates
 from tests.workers.test_actor import config
-from tests.workers.test_tensor_parallel import MICRO, same_updates
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("name", ["gemma3", "llama3", "mistral", "mixtral", "deepseek_v3"])
+# The default run keeps the two plans unlike the Qwen2 one tests/workers runs: Gemma 3's
+# four norms and soft-cap, and DeepSeek-V3's latent attention; the rest run in test-slow.
+FAMILIES = [
+    "gemma3",
+    "deepseek_v3",
+    pytest.param("llama3", marks=pytest.mark.slow),
+    pytest.param("mistral", marks=pytest.mark.slow),
+    pytest.param("mixtral", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
 def test_split_tensors_give_the_same_updates(family_checkpoint, name, local_ray):
     path = family_checkpoint(name)
     specs = {

@@ -68,11 +68,50 @@ def test_a_dense_model_has_no_experts_to_split(tiny_model, prompts, tmp_path):
             ("resources.devices_per_node=2", "model.packing=packed", "actor.parallel.sequence=4"),
             "actor.parallel.sequence=4 must divide the 2 rank(s)",
         ),
+        (
+            ("resources.devices_per_node=2", "actor.parallel.tensor=3"),
+            "actor.parallel.tensor=3 must divide the 2 training rank(s)",
+        ),
+        (
+            ("resources.devices_per_node=4", "actor.parallel.tensor=4"),
+            "actor.parallel.tensor=4 must divide the model's 2 key/value heads",
+        ),
+        (
+            (
+                "resources.devices_per_node=4",
+                "actor.parallel.tensor=2",
+                "actor.parallel.sequence=4",
+            ),
+            "actor.parallel.sequence=4 must divide the 2 rank(s) outside the tensor axis",
+        ),
+        (
+            ("resources.devices_per_node=2", "algorithm.name=ppo", "critic.parallel.tensor=3"),
+            "critic.parallel.tensor=3 must divide the 2 training rank(s)",
+        ),
+        (
+            ("resources.devices_per_node=2", "actor.parallel.context=2"),
+            "actor.parallel.context=2 splits packed rows: set model.packing=packed",
+        ),
+        (
+            ("resources.devices_per_node=4", "model.packing=packed", "actor.parallel.context=3"),
+            "actor.parallel.context=3 must divide the 4 rank(s)",
+        ),
+        (
+            (
+                "resources.devices_per_node=4",
+                "model.packing=packed",
+                "actor.parallel.context=2",
+                "actor.parallel.sequence=4",
+            ),
+            "actor.parallel: context x sequence = 8 must divide the 4 rank(s)",
+        ),
     ],
 )
-def test_what_cannot_split_its_sequences_is_refused(
+def test_what_cannot_split_the_dense_model_is_refused(
     tiny_model, prompts, tmp_path, overrides, message
 ):
+    """Sequence (packed rows, heads, ranks), tensor (ranks, key/value heads) and context
+    (packed rows, ranks, with sequence) degrees that cannot work."""
     with pytest.raises(ConfigError) as error:
         plan(tiny_model, prompts, tmp_path, *overrides)
     assert message in str(error.value)
@@ -115,69 +154,6 @@ def test_a_vision_language_model_is_not_split_yet(tiny_vlm, prompts, tmp_path):
             "model.packing=packed",
             "actor.parallel.sequence=2",
         )
-
-
-@pytest.mark.parametrize(
-    "overrides, message",
-    [
-        (
-            ("resources.devices_per_node=2", "actor.parallel.tensor=3"),
-            "actor.parallel.tensor=3 must divide the 2 training rank(s)",
-        ),
-        (
-            ("resources.devices_per_node=4", "actor.parallel.tensor=4"),
-            "actor.parallel.tensor=4 must divide the model's 2 key/value heads",
-        ),
-        (
-            (
-                "resources.devices_per_node=4",
-                "actor.parallel.tensor=2",
-                "actor.parallel.sequence=4",
-            ),
-            "actor.parallel.sequence=4 must divide the 2 rank(s) outside the tensor axis",
-        ),
-        (
-            ("resources.devices_per_node=2", "algorithm.name=ppo", "critic.parallel.tensor=3"),
-            "critic.parallel.tensor=3 must divide the 2 training rank(s)",
-        ),
-    ],
-)
-def test_what_cannot_split_its_tensors_is_refused(
-    tiny_model, prompts, tmp_path, overrides, message
-):
-    with pytest.raises(ConfigError) as error:
-        plan(tiny_model, prompts, tmp_path, *overrides)
-    assert message in str(error.value)
-
-
-@pytest.mark.parametrize(
-    "overrides, message",
-    [
-        (
-            ("resources.devices_per_node=2", "actor.parallel.context=2"),
-            "actor.parallel.context=2 splits packed rows: set model.packing=packed",
-        ),
-        (
-            ("resources.devices_per_node=4", "model.packing=packed", "actor.parallel.context=3"),
-            "actor.parallel.context=3 must divide the 4 rank(s)",
-        ),
-        (
-            (
-                "resources.devices_per_node=4",
-                "model.packing=packed",
-                "actor.parallel.context=2",
-                "actor.parallel.sequence=4",
-            ),
-            "actor.parallel: context x sequence = 8 must divide the 4 rank(s)",
-        ),
-    ],
-)
-def test_what_cannot_split_its_context_is_refused(
-    tiny_model, prompts, tmp_path, overrides, message
-):
-    with pytest.raises(ConfigError) as error:
-        plan(tiny_model, prompts, tmp_path, *overrides)
-    assert message in str(error.value)
 
 
 def test_the_ring_is_not_bounded_by_the_key_value_heads(tiny_moe, prompts, tmp_path):

@@ -7,7 +7,6 @@ head (which Ulysses would have to repeat; the ring needs none), the reference an
 critic."""
 
 import pytest
-import torch
 
 from ascent.controller import ResourcePool, Role, spawn_groups
 from ascent.workers import (
@@ -18,9 +17,8 @@ from ascent.workers import (
     ReferenceWorker,
 )
 from tests.workers.data import rl_batch
-from tests.workers.test_actor import SMOOTH_ADAM, assert_same_weights, config
-from tests.workers.test_tensor_parallel import MICRO, same_updates
-from tests.workers.test_two_ranks import arranged
+from tests.workers.split_checks import MICRO, same_reference_and_critic, same_updates
+from tests.workers.test_actor import SMOOTH_ADAM, config
 
 pytestmark = pytest.mark.integration
 PACKED = "packed"
@@ -65,21 +63,4 @@ def test_a_ring_gives_the_same_updates(groups, name):
 
 
 def test_reference_and_critic_on_a_ring(groups):
-    batch = rl_batch(rows=8, seed=72)
-    torch.testing.assert_close(
-        groups["ref2"].log_probs(batch)["ref_log_probs"],
-        groups["ref1"].log_probs(batch)["ref_log_probs"],
-        atol=2e-6,
-        rtol=0,
-    )
-    values = groups["critic1"].values(batch)["values"]
-    torch.testing.assert_close(groups["critic2"].values(batch)["values"], values, atol=2e-6, rtol=0)
-    target = torch.where(batch["response_mask"].bool(), 1.0, 0.0)
-    batch = batch.assign(values=values, returns=target)
-    whole = groups["critic1"].update(arranged(batch, 2))[0]
-    split = groups["critic2"].update(arranged(batch, 1))[0]
-    for key in ("critic/vf_loss", "critic/grad_norm"):
-        assert split[key] == pytest.approx(whole[key], rel=1e-5), key
-    assert_same_weights(
-        groups["critic1"].full_weights()[0], groups["critic2"].full_weights()[0], atol=1e-6
-    )
+    same_reference_and_critic(groups, rl_batch(rows=8, seed=72))

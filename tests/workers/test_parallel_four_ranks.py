@@ -18,11 +18,10 @@ import pytest
 
 from ascent.controller import ResourcePool, Role, spawn_groups
 from ascent.engine.config import ParallelConfig
-from ascent.models.tiny_moe import build_tiny_moe
 from ascent.workers import ActorWorker
 from tests.workers.data import rl_batch
+from tests.workers.split_checks import MICRO, same_updates, tiny_moe_for_tensor_ranks
 from tests.workers.test_actor import config
-from tests.workers.test_tensor_parallel import MICRO, same_updates
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PACKED = {"packing": "packed"}
@@ -39,14 +38,8 @@ LAYOUTS = {
 
 @pytest.fixture(scope="module")
 def paths(tiny_model, tmp_path_factory):
-    moe = build_tiny_moe(
-        tmp_path_factory.mktemp("moe") / "model",
-        layers=3,
-        dense_layers=(1,),
-        kv_heads=2,
-        family="qwen2_moe",
-    )
-    return {"dense": tiny_model, "moe": str(moe)}
+    moe = tiny_moe_for_tensor_ranks(tmp_path_factory.mktemp("moe") / "model")
+    return {"dense": tiny_model, "moe": moe}
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS))

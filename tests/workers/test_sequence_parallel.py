@@ -8,7 +8,6 @@ same two ranks. Adam with eps = 1 makes the first
 step close to lr x gradient, so equal updated weights mean equal gradients."""
 
 import pytest
-import torch
 
 from ascent.controller import ResourcePool, Role, spawn_groups
 from ascent.workers import (
@@ -20,8 +19,8 @@ from ascent.workers import (
 )
 from tests.moe.test_router_replay import other_experts, rollouts_of
 from tests.workers.data import rl_batch
-from tests.workers.test_actor import SMOOTH_ADAM, assert_same_weights, config
-from tests.workers.test_two_ranks import arranged
+from tests.workers.split_checks import same_reference_and_critic, same_updates
+from tests.workers.test_actor import SMOOTH_ADAM, config
 
 pytestmark = pytest.mark.integration
 PACKED = "packed"
@@ -100,19 +99,7 @@ def groups(tiny_model, tiny_moe, local_ray):
 
 def same_update(whole, split, batch):
     """Old log-probs, then one update on each: the same metrics and weights."""
-    old = whole.log_probs(batch)["old_log_probs"]
-    torch.testing.assert_close(split.log_probs(batch)["old_log_probs"], old, atol=2e-6, rtol=0)
-    batch = batch.assign(old_log_probs=old)
-    metrics_whole = whole.update(arranged(batch, 2))[0]
-    metrics_split = split.update(arranged(batch, 1))[0]
-    print("WHOLE", metrics_whole)
-    print("SPLIT", metrics_split)
-    # Loss terms add up over micro-batches; rates (ppo_kl, clip fractions) are means over
-    # micro-batches, which the two layouts cut differently.
-    for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
-        assert metrics_split[key] == pytest.approx(metrics_whole[key], rel=1e-5, abs=1e-7), key
-    assert_same_weights(whole.full_weights()[0], split.full_weights()[0], atol=1e-6)
-    return metrics_split
+    return same_updates(whole, split, batch, steps=1)
 
 
 @pytest.mark.parametrize("name", ["actor", "lora", "moe"])
@@ -129,24 +116,7 @@ def test_split_sequences_and_split_experts_give_the_same_update(groups):
 
 
 def test_reference_and_critic_with_split_sequences(groups):
-    batch = rl_batch(rows=8, seed=32)
-    torch.testing.assert_close(
-        groups["ref2"].log_probs(batch)["ref_log_probs"],
-        groups["ref1"].log_probs(batch)["ref_log_probs"],
-        atol=2e-6,
-        rtol=0,
-    )
-    values = groups["critic1"].values(batch)["values"]
-    torch.testing.assert_close(groups["critic2"].values(batch)["values"], values, atol=2e-6, rtol=0)
-    target = torch.where(batch["response_mask"].bool(), 1.0, 0.0)
-    batch = batch.assign(values=values, returns=target)
-    whole = groups["critic1"].update(arranged(batch, 2))[0]
-    split = groups["critic2"].update(arranged(batch, 1))[0]
-    for key in ("critic/vf_loss", "critic/grad_norm"):
-        assert split[key] == pytest.approx(whole[key], rel=1e-5), key
-    assert_same_weights(
-        groups["critic1"].full_weights()[0], groups["critic2"].full_weights()[0], atol=1e-6
-    )
+    same_reference_and_critic(groups, rl_batch(rows=8, seed=32))
 
 
 def test_split_sequences_replay_the_rollouts_routes(groups, tiny_moe):

@@ -5,14 +5,12 @@ data-parallel ranks): log-probs, loss, gradient norm and updated weights after a
 a second step. For the actor with padded rows (an odd length: filler columns) and packed
 rows (a filler row), LoRA, a tied head, Qwen3's per-head q/k norms, a mixture of experts
 (routed experts whole on each tensor rank, the shared expert split), the reference and the
-critic. Adam with eps = 1 makes
-a step close to lr x gradient, so equal weights mean equal gradients."""
+critic; and a checkpoint saved split loads whole and back. Adam with eps = 1 makes a step
+close to lr x gradient, so equal weights mean equal gradients."""
 
 import pytest
-import torch
 
 from ascent.controller import ResourcePool, Role, spawn_groups
-from ascent.models.tiny_moe import build_tiny_moe
 from ascent.workers import (
     ActorWorker,
     CriticConfig,
@@ -22,12 +20,17 @@ from ascent.workers import (
 )
 from tests.families.models import build
 from tests.workers.data import rl_batch
+from tests.workers.split_checks import (
+    MICRO,
+    same_reference_and_critic,
+    same_updates,
+    tiny_moe_for_tensor_ranks,
+)
 from tests.workers.test_actor import SMOOTH_ADAM, assert_same_weights, config
 from tests.workers.test_two_ranks import arranged
 
 pytestmark = pytest.mark.integration
 LORA = {"rank": 4, "alpha": 8}
-MICRO = {"tokens_per_micro_batch": 40, "chunk_tokens": 7}
 
 
 def roles(paths):
@@ -61,14 +64,8 @@ def paths(tiny_model, tiny_tied_model, tmp_path_factory):
     """Qwen2 (untied and tied), Qwen3 (q/k norms) and a Qwen2-MoE (a shared expert beside
     the routed ones) with two key/value heads, one per tensor rank."""
     qwen3 = build("qwen3", tmp_path_factory.mktemp("qwen3") / "model")
-    moe = build_tiny_moe(
-        tmp_path_factory.mktemp("moe") / "model",
-        layers=3,
-        dense_layers=(1,),
-        kv_heads=2,
-        family="qwen2_moe",
-    )
-    return {"qwen2": tiny_model, "tied": tiny_tied_model, "moe": str(moe), "qwen3": str(qwen3)}
+    moe = tiny_moe_for_tensor_ranks(tmp_path_factory.mktemp("moe") / "model")
+    return {"qwen2": tiny_model, "tied": tiny_tied_model, "moe": moe, "qwen3": str(qwen3)}
 
 
 @pytest.fixture(scope="module")
@@ -82,28 +79,6 @@ def groups(paths, local_ray):
     spawned["actor1"].shutdown()
 
 
-def same_updates(whole, split, batch, steps=2, dp_sizes=(2, 1)):
-    """Old log-probs, then ``steps`` updates on each (with ``dp_sizes`` data-parallel
-    replicas): the same metrics and weights."""
-    for step in range(steps):
-        old = whole.log_probs(batch)["old_log_probs"]
-        torch.testing.assert_close(
-            split.log_probs(batch)["old_log_probs"], old, atol=2e-6, rtol=0, msg=f"step {step}"
-        )
-        batch = batch.assign(old_log_probs=old)
-        metrics_whole = whole.update(arranged(batch, dp_sizes[0]))[0]
-        metrics_split = split.update(arranged(batch, dp_sizes[1]))[0]
-        for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
-            assert metrics_split[key] == pytest.approx(metrics_whole[key], rel=1e-5, abs=1e-7), (
-                metrics_split[key],
-                metrics_whole[key],
-                key,
-                step,
-            )
-        assert_same_weights(whole.full_weights()[0], split.full_weights()[0], atol=1e-6)
-    return metrics_split
-
-
 @pytest.mark.parametrize("name", ["actor", "packed", "lora", "tied", "qwen3", "moe"])
 def test_split_tensors_give_the_same_updates(groups, name):
     metrics = same_updates(groups[f"{name}1"], groups[f"{name}2"], rl_batch(rows=8, seed=41))
@@ -112,24 +87,7 @@ def test_split_tensors_give_the_same_updates(groups, name):
 
 
 def test_reference_and_critic_with_split_tensors(groups):
-    batch = rl_batch(rows=8, seed=42)
-    torch.testing.assert_close(
-        groups["ref2"].log_probs(batch)["ref_log_probs"],
-        groups["ref1"].log_probs(batch)["ref_log_probs"],
-        atol=2e-6,
-        rtol=0,
-    )
-    values = groups["critic1"].values(batch)["values"]
-    torch.testing.assert_close(groups["critic2"].values(batch)["values"], values, atol=2e-6, rtol=0)
-    target = torch.where(batch["response_mask"].bool(), 1.0, 0.0)
-    batch = batch.assign(values=values, returns=target)
-    whole = groups["critic1"].update(arranged(batch, 2))[0]
-    split = groups["critic2"].update(arranged(batch, 1))[0]
-    for key in ("critic/vf_loss", "critic/grad_norm"):
-        assert split[key] == pytest.approx(whole[key], rel=1e-5), key
-    assert_same_weights(
-        groups["critic1"].full_weights()[0], groups["critic2"].full_weights()[0], atol=1e-6
-    )
+    same_reference_and_critic(groups, rl_batch(rows=8, seed=42))
 
 
 def test_a_checkpoint_saved_split_loads_whole_and_back(groups, tmp_path):

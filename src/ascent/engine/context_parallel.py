@@ -28,7 +28,7 @@ from transformers import AttentionInterface
 from ascent.engine.packing import PackedSequences
 from ascent.engine.ring_attention import Ring, ring_attention
 from ascent.engine.sequence_shard import SequenceShard, padded_sequence, split_sequence
-from ascent.engine.ulysses import to_heads, to_tokens
+from ascent.engine.ulysses import heads_of, to_tokens
 
 ATTENTION = "ascent_ring"
 
@@ -106,10 +106,7 @@ def ring_attention_forward(
         raise ValueError("ring attention has no attention dropout; set the model's to 0")
     context, size = sequence_split, sequence_split.ulysses_size
     if size > 1:
-        if key.shape[1] < size:  # each sequence rank needs a whole key/value head
-            key = key.repeat_interleave(size // key.shape[1], dim=1)
-            value = value.repeat_interleave(size // value.shape[1], dim=1)
-        query, key, value = (to_heads(t, size, context.ulysses_group) for t in (query, key, value))
+        query, key, value = heads_of(query, key, value, size, context.ulysses_group)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     out = ring_attention(query[0], key[0], value[0], context.ring, scale)[None]
     if size > 1:

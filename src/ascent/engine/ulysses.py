@@ -71,6 +71,18 @@ def to_tokens(x: Tensor, size: int, group: Any) -> Tensor:
     return received.reshape(1, size * heads, total // size, dim)
 
 
+def heads_of(
+    query: Tensor, key: Tensor, value: Tensor, size: int, group: Any
+) -> tuple[Tensor, Tensor, Tensor]:
+    """q (1, H, n, D), k, v (1, G, n, D) of this rank's tokens -> every token of the group's
+    P ranks, this rank's H/P query heads and the key/value heads they read (each repeated
+    first when G < P, so that every rank has a whole one)."""
+    if key.shape[1] < size:
+        key = key.repeat_interleave(size // key.shape[1], dim=1)
+        value = value.repeat_interleave(size // value.shape[1], dim=1)
+    return tuple(to_heads(t, size, group) for t in (query, key, value))
+
+
 def ulysses_attention(
     module: nn.Module,
     query: Tensor,
@@ -87,10 +99,7 @@ def ulysses_attention(
     (1, G, n, D) keys and values -> (1, n, H, D)."""
     ulysses = sequence_split
     size, group = ulysses.size, ulysses.group
-    if key.shape[1] < size:  # each rank needs a whole key/value head of its own
-        key = key.repeat_interleave(size // key.shape[1], dim=1)
-        value = value.repeat_interleave(size // value.shape[1], dim=1)
-    q, k, v = (to_heads(t, size, group) for t in (query, key, value))
+    q, k, v = heads_of(query, key, value, size, group)
     # Row by row, causal: no (N', N') mask is built or kept for the backward.
     out = torch.cat(
         [

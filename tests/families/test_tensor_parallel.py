@@ -1,8 +1,9 @@
 """Every family with a tensor-parallel plan splits exactly: its actor with layers split over
 two tensor ranks (gloo, Ray) equals the same actor unsplit on two data-parallel ranks over
 two updates (log-probs, loss, gradient norm, weights). Gemma 3: four norms per layer, a
-scaled embedding, sliding layers and a soft-capped head; Llama 3 and Mistral: the Llama
-layer; Mixtral: routed experts whole on every tensor rank; DeepSeek-V3: latent attention
+scaled embedding, sliding layers and a soft-capped head; OLMo 2: q/k norms over the whole
+projection, split with it (their mean of squares summed over the ranks); Llama 3 and
+Mistral: the Llama layer; Mixtral: routed experts whole on every tensor rank; DeepSeek-V3: latent attention
 (the shared rotary key's gradient summed over the ranks) and shared experts split."""
 
 import pytest
@@ -16,10 +17,12 @@ from tests.workers.test_actor import config
 pytestmark = pytest.mark.integration
 
 
-# The default run keeps the two plans unlike the Qwen2 one tests/workers runs: Gemma 3's
-# four norms and soft-cap, and DeepSeek-V3's latent attention; the rest run in test-slow.
+# The default run keeps the plans unlike the Qwen2 one tests/workers runs: Gemma 3's four
+# norms and soft-cap, OLMo 2's q/k norms over all heads, DeepSeek-V3's latent attention;
+# the rest run in test-slow.
 FAMILIES = [
     "gemma3",
+    "olmo2",
     "deepseek_v3",
     pytest.param("llama3", marks=pytest.mark.slow),
     pytest.param("mistral", marks=pytest.mark.slow),

@@ -25,10 +25,11 @@ def same_updates(whole, split, batch, steps=2, dp_sizes=(2, 1)):
         metrics_whole = whole.update(arranged(batch, dp_sizes[0]))[0]
         metrics_split = split.update(arranged(batch, dp_sizes[1]))[0]
         # Loss terms add up over micro-batches; rates (ppo_kl, clip fractions) are means over
-        # micro-batches, which the two layouts may cut differently.
+        # micro-batches, which the two layouts may cut differently. A policy loss near 0 is
+        # a sum of terms of about 0.1 that cancel: it is compared to float32 rounding of those.
         for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
-            expected = pytest.approx(metrics_whole[key], rel=1e-5, abs=1e-7)
-            assert metrics_split[key] == expected, (key, step)
+            expected = pytest.approx(metrics_whole[key], rel=1e-5, abs=5e-7)
+            assert metrics_split[key] == expected, (key, step, metrics_split[key])
         assert_same_weights(whole.full_weights()[0], split.full_weights()[0], atol=1e-6)
     return metrics_split
 

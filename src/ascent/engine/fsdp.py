@@ -49,6 +49,7 @@ from ascent.engine.tensor_parallel import TensorPlan, parallelize
 from ascent.engine.ulysses import ATTENTION as ULYSSES_ATTENTION
 from ascent.engine.weights import iter_full_weights, weight_layout
 from ascent.moe.expert_parallel import shard_experts
+from ascent.moe.routing import sparse_blocks
 
 # OptimConfig.implementation as torch's AdamW arguments.
 ADAMW_IMPLEMENTATIONS = {
@@ -80,11 +81,14 @@ class StepResult:
 
 
 def shard_module(module: nn.Module, mesh: TrainingMesh, options: dict) -> None:
-    """FSDP units: each sparse layer's split of the experts (over edp), every decoder layer,
-    then the root (over all ranks)."""
+    """FSDP units: each sparse layer's split of the experts (over edp, and tp), every decoder
+    layer, then the root (over every rank but the tensor axis)."""
     if mesh.ep is not None:
         for experts in shard_experts(module.model, mesh.ep):
-            fully_shard(experts, mesh=mesh.edp, **options)
+            fully_shard(experts, mesh=mesh.expert_shards, **options)
+    elif mesh.expert_shards is not None:  # whole experts on every tensor rank
+        for block in sparse_blocks(module.model):
+            fully_shard(block.experts, mesh=mesh.expert_shards, **options)
     for unit in [*decoder_layers(module.model), module]:
         fully_shard(unit, mesh=mesh.fsdp, **options)
 
@@ -202,8 +206,7 @@ class TrainEngine:
             overflowed = not fault
             return StepResult(math.nan, lr, fault, overflowed=overflowed, loss_scale=scale)
         max_norm = self.optim_config.grad_clip or float("inf")
-        tensor_parallel = self.mesh.tp.size() if self.mesh.tp is not None else 1
-        grad_norm = clip_sharded_gradients(self.trainable, max_norm, tensor_parallel)
+        grad_norm = clip_sharded_gradients(self.trainable, max_norm, self.mesh.tp)
         skipped = not math.isfinite(grad_norm)
         if not skipped:
             self.optimizer.step()

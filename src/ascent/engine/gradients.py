@@ -9,8 +9,8 @@ exactly one rank and
 one all-reduce of a scalar, whatever mesh each parameter lives on (torch's
 ``clip_grad_norm_`` needs every DTensor on one mesh). With T tensor ranks some pieces are
 held by several ranks: a norm's weight is replicated over the tp axis (a Replicate
-placement), and a parameter left out of the plan (a router, experts) lives on a mesh
-without the tp axis, the same on all T ranks. Each piece then counts 1 / (its copies).
+placement), and a parameter left out of the plan (a router) lives on a mesh without the
+tensor ranks, the same on all T of them. Each piece then counts 1 / (its copies).
 Clipping scales every gradient by min(1, max_norm / (||g|| + 1e-6)), as torch does.
 """
 
@@ -19,6 +19,7 @@ import math
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
 
@@ -26,30 +27,34 @@ def _local(tensor: Tensor) -> Tensor:
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
-def copies(grad: Tensor, tensor_parallel: int) -> int:
-    """How many ranks hold the same local piece as this one (module docstring)."""
+def copies(grad: Tensor, tensor: DeviceMesh | None) -> int:
+    """How many ranks hold the same local piece as this one (module docstring); ``tensor``:
+    the mesh's tp axis (None: no tensor parallelism)."""
     if not isinstance(grad, DTensor):
         return 1
     mesh = grad.device_mesh
     held = math.prod(
         mesh.size(dim) for dim, place in enumerate(grad.placements) if place.is_replicate()
     )
-    on_tp = "tp" in (mesh.mesh_dim_names or ())
-    return held * (1 if on_tp else tensor_parallel)
+    if tensor is None:
+        return held
+    peers = set(tensor.mesh.flatten().tolist())
+    spans_tensor_ranks = peers <= set(mesh.mesh.flatten().tolist())
+    return held * (1 if spans_tensor_ranks else tensor.size())
 
 
 def clip_sharded_gradients(
-    params: list[Tensor], max_norm: float, tensor_parallel: int = 1
+    params: list[Tensor], max_norm: float, tensor: DeviceMesh | None = None
 ) -> float:
     """Clip the gradients of ``params`` in place to global norm ``max_norm``; returns the
     norm before clipping (inf or nan when a gradient is not finite). On one rank the result
     is torch's ``clip_grad_norm_``'s to the bit (same float32 reductions, same order): the
-    learning tests' runs do not move. ``tensor_parallel``: the size of the mesh's tp axis."""
+    learning tests' runs do not move. ``tensor``: the mesh's tp axis, if any."""
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0
     norms = torch.stack([torch.linalg.vector_norm(_local(grad)) for grad in grads])
-    counts = [copies(grad, tensor_parallel) for grad in grads]
+    counts = [copies(grad, tensor) for grad in grads]
     if max(counts) == 1:
         total = torch.linalg.vector_norm(norms)
     else:  # each piece's square once over the ranks that hold it

@@ -19,7 +19,8 @@ small, tp), consecutive ranks innermost (the tp axis is left out when tp = 1), a
   [r E/ep, (r+1) E/ep)); tokens cross it by all-to-all. The innermost axes whose product is
   ep: with sp = ep, the very ranks that split a sequence split the experts;
 - ``edp``: the other axes, the ranks holding the same experts; FSDP shards each split of
-  the experts over them.
+  the experts over them (and over tp: ``expert_shards``; a mixture's experts are whole on
+  every tensor rank, so their states are sharded over the tensor ranks too).
 
 Without sp and ep the mesh is (fsdp, tp), or the one axis ``fsdp`` (which is also ``dp``)
 without tp either.
@@ -46,6 +47,10 @@ class TrainingMesh:
     sp: DeviceMesh | None = None  # the sequence-parallel axis (None: sequences stay whole)
     ep: DeviceMesh | None = None  # the expert-parallel axis (None: experts are not split)
     cp: DeviceMesh | None = None  # the ring's axis (None: no ring context parallelism)
+    # What FSDP shards a mixture's experts over when they are their own units: edp with
+    # expert parallelism, and the tp axis too (they are whole on every tensor rank); None:
+    # they shard with their layer.
+    expert_shards: DeviceMesh | None = None
     sequence: DeviceMesh | None = None  # ranks splitting a micro-batch (cp x sp; else sp)
     edp: DeviceMesh | None = None  # the ranks sharing an expert shard
 
@@ -90,6 +95,7 @@ def training_mesh(device_type: str, parallel: ParallelConfig = NO_SPLIT) -> Trai
             fsdp=mesh["fsdp"],
             dp=mesh["fsdp"] if with_tp else None,
             tp=mesh["tp"] if with_tp else None,
+            expert_shards=mesh["fsdp", "tp"]._flatten("fsdp_tp") if with_tp else None,
         )
     names = ("outer", "middle", "inner")
     shape = (rest // big, big // small, small, tensor)[: 3 + len(with_tp)]
@@ -109,6 +115,7 @@ def training_mesh(device_type: str, parallel: ParallelConfig = NO_SPLIT) -> Trai
 
     sp, dp = inner(sequence)
     ep, edp = inner(expert)
+    shards = (edp if expert > 1 else names) + with_tp
     return TrainingMesh(
         fsdp=axes(*names),
         dp=axes(*dp) if sequence > 1 or with_tp else None,
@@ -117,6 +124,7 @@ def training_mesh(device_type: str, parallel: ParallelConfig = NO_SPLIT) -> Trai
         ep=axes(*ep) if expert > 1 else None,
         edp=axes(*edp) if expert > 1 else None,
         tp=mesh["tp"] if with_tp else None,
+        expert_shards=axes(*shards) if expert > 1 or with_tp else None,
     )
 
 

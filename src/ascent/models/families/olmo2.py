@@ -11,6 +11,7 @@ from ascent.models.families.blocks import Norm
 from ascent.models.families.decoder import Decoder, DecoderBlock
 from ascent.models.families.reading import decoder_of, gated_mlp, head_attention
 from ascent.models.families.spec import ModelFamily
+from ascent.models.families.tensor_plan import pre_norm_plan
 
 norm = partial(Norm.of, scale_in_float=True)
 
@@ -35,4 +36,6 @@ def read(model: nn.Module) -> Decoder:
     return decoder_of(model, model.model, block, final_norm=norm)
 
 
-FAMILY = ModelFamily(name="olmo2", model_types=("olmo2",), read=read)
+FAMILY = ModelFamily(
+    name="olmo2", model_types=("olmo2",), read=read, tensor_parallel_plan=pre_norm_plan
+)

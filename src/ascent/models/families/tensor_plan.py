@@ -18,15 +18,17 @@ pads it):
 
 Per-head parameters inside attention (Qwen3's and Gemma 3's q/k norms over head_dim) see
 only the rank's heads: they are replicated and their gradients summed over T, as a norm's
-(the head axis plays the sequence axis's part). A mixture-of-experts block runs whole on
+(the head axis plays the sequence axis's part). A q/k norm over the whole projection
+(OLMo 2's) is split with it, its mean of squares summed over the ranks
+(``SplitFeatureRMSNorm``). A mixture-of-experts block runs whole on
 every tensor rank (its input all-gathered, its output cut by sequence again): experts
 split over the ``ep`` axis instead, and a shared expert is column/row split.
 
 Every family whose attention projects q, k, v and o separately and whose MLP is gated
 (gate, up, down) uses ``pre_norm_plan``; DeepSeek-V3's latent attention (MLA) uses it with
-``latent_attention_plan``. A family with fused projections (Phi-3's ``qkv_proj``) or norms
-over all heads at once (OLMo 2's q/k norms) declares none, and tensor parallelism refuses it
-by name.
+``latent_attention_plan``. A family with fused projections (Phi-3's ``qkv_proj``: a column
+split would give one rank all of q) declares none, and tensor parallelism refuses it by
+name.
 """
 
 from collections.abc import Callable
@@ -36,7 +38,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.nn.functional import all_reduce as differentiable_all_reduce
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     ParallelStyle,
@@ -78,12 +81,42 @@ def column_row(columns: tuple[str, ...], row: str, prefix: str, output: Shard | 
     return plan
 
 
+class SplitFeatureRMSNorm(ParallelStyle):
+    """An RMSNorm over features a column-split layer left split over the tensor ranks (OLMo
+    2's q/k norms over all heads at once): its weight split likewise (rows), and
+
+        y_t = w_t x_t / sqrt(Σ_ranks Σ x² / F + eps)
+
+    with the sum of squares all-reduced (its backward all-reduces too: every rank's outputs
+    depend on it). In float32, cast back, as the family's norm."""
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        features, epsilon = module.weight.shape[0], module.variance_epsilon
+        split = distribute_tensor(module.weight.data, device_mesh, [Shard(0)], src_data_rank=None)
+        module.register_parameter("weight", nn.Parameter(split))
+        group = device_mesh.get_group()
+
+        def forward(hidden: Tensor) -> Tensor:
+            x = hidden.float()
+            squares = differentiable_all_reduce(x.square().sum(-1, keepdim=True), group=group)
+            normed = x * torch.rsqrt(squares / features + epsilon)
+            return (module.weight.to_local() * normed).to(hidden.dtype)
+
+        module.forward = forward
+        return module
+
+
 def attention_plan(attention: nn.Module, prefix: str) -> Plan:
     plan = {prefix.rstrip("."): gathered_input("hidden_states")}
     plan |= column_row(("q_proj", "k_proj", "v_proj"), "o_proj", prefix, Shard(1))
-    for name in ("q_norm", "k_norm"):  # over head_dim, on (B, N, heads / T, head_dim)
-        if hasattr(attention, name):
+    for name in ("q_norm", "k_norm"):
+        norm = getattr(attention, name, None)
+        if norm is None:
+            continue
+        if norm.weight.shape[0] == attention.head_dim:  # per head, on (B, N, heads / T, D)
             plan[prefix + name] = SequenceParallel(sequence_dim=2, use_local_output=True)
+        else:  # over the whole projection, split by its column split
+            plan[prefix + name] = SplitFeatureRMSNorm()
     return plan
 
 

@@ -2,7 +2,8 @@
 the native engine colocated, generating with weights gathered from the split actor; the
 engine's log-probs agree with the trainer's after the first update too (the refresh reached
 it). Layers split over two tensor ranks (padded and packed rows), and sequences split over a
-ring of two."""
+ring of two. And exact resume under a split: PPO with the actor, reference and critic split,
+four steps straight equal two, a resume, and two more, bitwise."""
 
 import pytest
 
@@ -32,3 +33,29 @@ def test_two_grpo_steps_split_over_two_ranks(tiny_model, layout, prompts, tmp_pa
     assert len(metric(tmp_path, "actor/pg_loss")) == 2
     mismatch = metric(tmp_path, "actor/rollout_mismatch_max_abs")
     assert len(mismatch) == 2 and max(mismatch) < 1e-4, mismatch
+
+
+@pytest.mark.parametrize(
+    "split",
+    [
+        ("actor.parallel.tensor=2", "critic.parallel.tensor=2"),
+        pytest.param(
+            ("actor.parallel.context=2", "critic.parallel.context=2", "model.packing=packed"),
+            marks=pytest.mark.slow,
+        ),
+    ],
+    ids=["tensor", "ring"],
+)
+def test_a_split_run_resumes_exactly(tiny_model, prompts, tmp_path, local_ray, split):
+    """PPO (actor, reference and critic split) on two ranks: four steps straight and two +
+    resume + two log identical metrics, every value of every step."""
+    from tests.trainer.test_resume import EXACT, records
+
+    run = ["algorithm.name=ppo", "resources.devices_per_node=2", *split, *EXACT]
+    whole, halves = tmp_path / "whole", tmp_path / "halves"
+    train_rl(config(tiny_model, prompts, whole, "trainer.total_steps=4", *run))
+    train_rl(config(tiny_model, prompts, halves, "trainer.total_steps=2", *run))
+    assert (
+        train_rl(config(tiny_model, prompts, halves, "trainer.total_steps=4", *run))["steps"] == 4
+    )
+    assert records(halves) == records(whole)

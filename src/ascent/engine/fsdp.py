@@ -93,6 +93,20 @@ def shard_module(module: nn.Module, mesh: TrainingMesh, options: dict) -> None:
         fully_shard(unit, mesh=mesh.fsdp, **options)
 
 
+def split_model(module: nn.Module, mesh: TrainingMesh, tensor_plan: TensorPlan | None) -> None:
+    """Before FSDP: the attention that splits a sequence (a ring, or Ulysses), and the
+    family's tensor plan over the tp axis."""
+    model = unwrap(module.model)
+    if mesh.cp is not None:
+        model.set_attn_implementation(RING_ATTENTION)
+    elif mesh.sp is not None:
+        model.set_attn_implementation(ULYSSES_ATTENTION)
+    if mesh.tp is not None:
+        if tensor_plan is None:
+            raise ValueError("parallel.tensor > 1 needs the model family's tensor_plan")
+        parallelize(module.model, mesh.tp, tensor_plan)
+
+
 class TrainEngine:
     """Shards ``module`` (a root wrapper around a transformers model) and trains it."""
 
@@ -124,14 +138,7 @@ class TrainEngine:
                 )
         module.to(device)
         mesh = training_mesh(device.type, parallel)
-        if mesh.cp is not None:
-            model.set_attn_implementation(RING_ATTENTION)
-        elif mesh.sp is not None:
-            model.set_attn_implementation(ULYSSES_ATTENTION)
-        if mesh.tp is not None:
-            if tensor_plan is None:
-                raise ValueError("parallel.tensor > 1 needs the model family's tensor_plan")
-            parallelize(module.model, mesh.tp, tensor_plan)
+        split_model(module, mesh, tensor_plan)
         options: dict = {"reshard_after_forward": fsdp.reshard_after_forward}
         param_dtype = DTYPES[fsdp.param_dtype] if fsdp.param_dtype else None
         if param_dtype is None and device.type == "cuda":

@@ -65,24 +65,9 @@ def training_mesh(device_type: str, parallel: ParallelConfig = NO_SPLIT) -> Trai
     does not divide the number of ranks, or neither of sp and ep divides the other."""
     world = dist.get_world_size()
     tensor, sequence, expert = parallel.tensor, parallel.sequence, parallel.expert
-    if world % tensor:
-        raise ValueError(
-            f"parallel.tensor={tensor} does not divide the {world} ranks of the role; choose "
-            "a divisor of the rank count"
-        )
+    _check_degrees(world, parallel)
     rest = world // tensor
-    for field, size in (("parallel.expert", expert), ("parallel.sequence", sequence)):
-        if rest % size:
-            raise ValueError(
-                f"{field}={size} does not divide the {rest} ranks outside the tensor axis "
-                f"({world} ranks / parallel.tensor={tensor}); choose a divisor"
-            )
     small, big = sorted((expert, sequence))
-    if big % small:
-        raise ValueError(
-            f"parallel.expert={expert} and parallel.sequence={sequence}: one must divide the "
-            "other (they share the mesh's inner axes)"
-        )
     with_tp = ("tp",) if tensor > 1 else ()
     if parallel.context > 1:
         return _ring_mesh(device_type, parallel, world, with_tp)
@@ -155,3 +140,25 @@ def _ring_mesh(
         sequence=mesh["cp", "sp"]._flatten("cp_sp"),
         tp=mesh["tp"] if with_tp else None,
     )
+
+
+def _check_degrees(world: int, parallel: ParallelConfig) -> None:
+    """ValueError naming the degree that does not divide the ranks it splits."""
+    tensor, sequence, expert = parallel.tensor, parallel.sequence, parallel.expert
+    if world % tensor:
+        raise ValueError(
+            f"parallel.tensor={tensor} does not divide the {world} ranks of the role; choose "
+            "a divisor of the rank count"
+        )
+    rest = world // tensor
+    for field, size in (("parallel.expert", expert), ("parallel.sequence", sequence)):
+        if rest % size:
+            raise ValueError(
+                f"{field}={size} does not divide the {rest} ranks outside the tensor axis "
+                f"({world} ranks / parallel.tensor={tensor}); choose a divisor"
+            )
+    if max(expert, sequence) % min(expert, sequence):
+        raise ValueError(
+            f"parallel.expert={expert} and parallel.sequence={sequence}: one must divide the "
+            "other (they share the mesh's inner axes)"
+        )

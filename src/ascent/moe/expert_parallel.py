@@ -101,8 +101,8 @@ def shard_experts(model: nn.Module, mesh: DeviceMesh) -> list[ExpertParallelExpe
     blocks = sparse_blocks(model)
     if not blocks:
         raise ValueError(
-            "expert_parallel > 1 needs a mixture-of-experts model; this one has no sparse "
-            "layers (set fsdp.expert_parallel: 1)"
+            "parallel.expert > 1 needs a mixture-of-experts model; this one has no sparse "
+            "layers (set parallel.expert: 1)"
         )
     sharded = []
     for block in blocks:
@@ -115,7 +115,7 @@ def shard_experts(model: nn.Module, mesh: DeviceMesh) -> list[ExpertParallelExpe
         count = experts.gate_up_proj.shape[0]
         if count % mesh.size():
             raise ValueError(
-                f"fsdp.expert_parallel={mesh.size()} does not divide the model's {count} "
+                f"parallel.expert={mesh.size()} does not divide the model's {count} "
                 "experts; choose a divisor of the expert count"
             )
         block.experts = ExpertParallelExperts(experts, mesh)

@@ -3,8 +3,9 @@ two tensor ranks (gloo, Ray) equals the same actor unsplit on two data-parallel 
 two updates (log-probs, loss, gradient norm, weights). Gemma 3: four norms per layer, a
 scaled embedding, sliding layers and a soft-capped head; OLMo 2: q/k norms over the whole
 projection, split with it (their mean of squares summed over the ranks); Llama 3 and
-Mistral: the Llama layer; Mixtral: routed experts whole on every tensor rank; DeepSeek-V3: latent attention
-(the shared rotary key's gradient summed over the ranks) and shared experts split."""
+Mistral: the Llama layer; Mixtral: routed experts whole on every tensor rank; DeepSeek-V3:
+latent attention (the shared rotary key's gradient summed over the ranks) and shared experts
+split."""
 
 import pytest
 

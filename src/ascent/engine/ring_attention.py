@@ -20,7 +20,8 @@ running dK, dV, so that after P passes they are home complete:
     P_ij = exp(S_ij - lse_i)      dV += Pᵀ dO      dS = P ∘ (dO vᵀ - Δ)
     dQ  += dS k · scale           dK += dSᵀ q · scale
 
-Nothing of size (N, N) exists: a block is (H, n, n_k). Grouped key/value heads (G < H) are
+Nothing of size (N, N) exists: a block is at most (H, n, n_k), and only its queries that may
+attend to one of its keys, and those keys, are computed. Grouped key/value heads (G < H) are
 read by their H / G query heads; their gradients are summed over them. The math is float32;
 outputs come back in the inputs' dtype.
 """
@@ -84,6 +85,13 @@ def _fold(x: Tensor, groups: int) -> Tensor:
     return x.view(groups, x.shape[0] // groups, *x.shape[1:]).sum(1)
 
 
+def _live(allowed: Tensor) -> tuple[Tensor, Tensor]:
+    """The queries that may attend to some key of the block, and the keys some query may
+    attend to: only they are computed (with load-balanced chunks about half of each block
+    is masked whole, and packed rows mask more)."""
+    return allowed.any(1).nonzero()[:, 0], allowed.any(0).nonzero()[:, 0]
+
+
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, ring: Ring, scale: float) -> Tensor:
@@ -96,21 +104,20 @@ class _RingAttention(torch.autograd.Function):
             k_b, v_b, index_b, row_b = block
             if step < ring.size - 1:
                 block_next = _pass_on(block, ring)
-            scores = _scores(
-                q32, _repeat(k_b.float(), heads), _allowed(ring, index_b, row_b), scale
-            )
-            block_lse = torch.logsumexp(scores, dim=-1)
-            finite = torch.where(block_lse.isinf(), 0.0, block_lse)
-            block_out = torch.einsum(
-                "hqk,hkd->hqd", (scores - finite[..., None]).exp(), _repeat(v_b.float(), heads)
-            )
-            merged = torch.logaddexp(lse, block_lse)
-            merged_finite = torch.where(merged.isinf(), 0.0, merged)
-            out = (
-                out * (lse - merged_finite).exp()[..., None]
-                + block_out * (block_lse - merged_finite).exp()[..., None]
-            )
-            lse = merged
+            allowed = _allowed(ring, index_b, row_b)
+            rows, cols = _live(allowed)
+            if rows.numel():  # every live query has a key: its block log-sum-exp is finite
+                k_c, v_c = (_repeat(t[:, cols].float(), heads) for t in (k_b, v_b))
+                scores = _scores(q32[:, rows], k_c, allowed[rows][:, cols], scale)
+                block_lse = torch.logsumexp(scores, dim=-1)
+                block_out = (scores - block_lse[..., None]).exp() @ v_c
+                before = lse[:, rows]
+                merged = torch.logaddexp(before, block_lse)
+                out[:, rows] = (
+                    out[:, rows] * (before - merged).exp()[..., None]
+                    + block_out * (block_lse - merged).exp()[..., None]
+                )
+                lse[:, rows] = merged
             if step < ring.size - 1:
                 block = block_next
         ctx.save_for_backward(q, k, v, out, lse)
@@ -129,15 +136,17 @@ class _RingAttention(torch.autograd.Function):
         block.append(torch.zeros_like(v, dtype=torch.float32))
         for _ in range(ring.size):
             k_b, v_b, index_b, row_b, d_k, d_v = block
-            k_h = _repeat(k_b.float(), heads)
-            scores = _scores(q32, k_h, _allowed(ring, index_b, row_b), scale)
-            p = (scores - lse[..., None]).exp()  # masked: exp(-inf) = 0
-            d_v = d_v + _fold(torch.einsum("hqk,hqd->hkd", p, d_out), groups)
-            d_scores = p * (
-                torch.einsum("hqd,hkd->hqk", d_out, _repeat(v_b.float(), heads)) - delta
-            )
-            d_q += torch.einsum("hqk,hkd->hqd", d_scores, k_h) * scale
-            d_k = d_k + _fold(torch.einsum("hqk,hqd->hkd", d_scores, q32) * scale, groups)
+            allowed = _allowed(ring, index_b, row_b)
+            rows, cols = _live(allowed)
+            if rows.numel():
+                k_c, v_c = (_repeat(t[:, cols].float(), heads) for t in (k_b, v_b))
+                q_r, d_out_r = q32[:, rows], d_out[:, rows]
+                scores = _scores(q_r, k_c, allowed[rows][:, cols], scale)
+                p = (scores - lse[:, rows, None]).exp()  # masked: exp(-inf) = 0
+                d_v[:, cols] += _fold(p.transpose(1, 2) @ d_out_r, groups)
+                d_scores = p * (d_out_r @ v_c.transpose(1, 2) - delta[:, rows])
+                d_q[:, rows] += d_scores @ k_c * scale
+                d_k[:, cols] += _fold(d_scores.transpose(1, 2) @ q_r * scale, groups)
             # every block goes round once more with its gradients: P passes bring it home
             block = _pass_on([k_b, v_b, index_b, row_b, d_k, d_v], ring)
         d_k, d_v = block[4], block[5]

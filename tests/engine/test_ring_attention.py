@@ -1,6 +1,7 @@
 """Ring attention over real processes (gloo) equals attention over the whole sequence, forward
-and backward: packed rows (attention within each row, causal), grouped key/value heads, and
-tokens given to ranks in any order (here: the load-balanced chunks, and a shuffle)."""
+and backward: packed rows (attention within each row, causal), grouped key/value heads, a
+sliding window, and tokens given to ranks in any order (here: the load-balanced chunks, and
+a shuffle)."""
 
 import pytest
 import torch
@@ -23,7 +24,7 @@ def whole_problem():
     return q, k, v, weight, row
 
 
-def reference():
+def reference(window=None):
     """Attention over all tokens at once, with the same mask, and its gradients."""
     q, k, v, weight, row = (t.clone() for t in whole_problem())
     for t in (q, k, v):
@@ -31,6 +32,8 @@ def reference():
     n = q.shape[1]
     index = torch.arange(n)
     allowed = (row[:, None] == row[None, :]) & (index[None, :] <= index[:, None])
+    if window is not None:  # transformers' sliding window: i - w < j <= i
+        allowed &= index[None, :] > index[:, None] - window
     scores = torch.einsum("hqd,hkd->hqk", q, k.repeat_interleave(HEADS // GROUPS, 0)) * SCALE
     probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
     out = probs @ v.repeat_interleave(HEADS // GROUPS, 0)
@@ -47,14 +50,14 @@ def assignment(kind, size, n):
     return list(order.tensor_split(size))
 
 
-def _rank(rank, size, kind, store, out):
+def _rank(rank, size, kind, window, store, out):
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=size)
     try:
         q, k, v, weight, row = whole_problem()
         mine = assignment(kind, size, q.shape[1])[rank]
         local = [t[:, mine].clone().requires_grad_(True) for t in (q, k, v)]
         ring = Ring(dist.group.WORLD, size, rank, index=mine, row=row[mine])
-        result = ring_attention(*local, ring, SCALE)
+        result = ring_attention(*local, ring, SCALE, window)
         (result * weight[:, mine]).sum().backward()
         torch.save([mine, result.detach(), *(t.grad for t in local)], f"{out}.{rank}")
     finally:
@@ -62,17 +65,19 @@ def _rank(rank, size, kind, store, out):
 
 
 @pytest.mark.parametrize(
-    "size, kind",
+    "size, kind, window",
     [
-        (3, "balanced"),
-        pytest.param(2, "balanced", marks=pytest.mark.slow),
-        pytest.param(2, "shuffled", marks=pytest.mark.slow),
+        (3, "balanced", None),
+        (2, "balanced", 5),  # a sliding-window layer (Gemma 3's, Mistral's)
+        pytest.param(2, "balanced", None, marks=pytest.mark.slow),
+        pytest.param(2, "shuffled", None, marks=pytest.mark.slow),
     ],
 )
-def test_ring_attention_equals_whole_attention(tmp_path, size, kind):
+def test_ring_attention_equals_whole_attention(tmp_path, size, kind, window):
     out = tmp_path / "ring"
-    mp.spawn(_rank, args=(size, kind, str(tmp_path / "store"), str(out)), nprocs=size)
-    expected = reference()
+    args = (size, kind, window, str(tmp_path / "store"), str(out))
+    mp.spawn(_rank, args=args, nprocs=size)
+    expected = reference(window)
     for rank in range(size):
         mine, *pieces = torch.load(f"{out}.{rank}")
         for name, got, whole in zip(("out", "dq", "dk", "dv"), pieces, expected, strict=True):

@@ -98,17 +98,23 @@ def ring_attention_forward(
     sequence_split: RingContext,
     scaling: float | None = None,
     dropout: float = 0.0,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
     **_: object,
 ) -> tuple[Tensor, None]:
     """transformers' attention interface (module docstring): (1, H, n, D) queries and
-    (1, G, n, D) keys and values of the rank's tokens -> (1, n, H, D)."""
-    if dropout > 0:
-        raise ValueError("ring attention has no attention dropout; set the model's to 0")
+    (1, G, n, D) keys and values of the rank's tokens -> (1, n, H, D); a sliding-window
+    layer's window is kept."""
+    if dropout > 0 or softcap is not None:
+        raise ValueError(
+            "ring attention has no attention dropout or logit soft-cap; this model uses one: "
+            "set parallel.context to 1"
+        )
     context, size = sequence_split, sequence_split.ulysses_size
     if size > 1:
         query, key, value = heads_of(query, key, value, size, context.ulysses_group)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    out = ring_attention(query[0], key[0], value[0], context.ring, scale)[None]
+    out = ring_attention(query[0], key[0], value[0], context.ring, scale, sliding_window)[None]
     if size > 1:
         out = to_tokens(out, size, context.ulysses_group)
     return out.transpose(1, 2).contiguous(), None

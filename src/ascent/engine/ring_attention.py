@@ -63,10 +63,13 @@ def _pass_on(tensors: list[Tensor], ring: Ring) -> list[Tensor]:
     return received
 
 
-def _allowed(ring: Ring, index: Tensor, row: Tensor) -> Tensor:
+def _allowed(ring: Ring, index: Tensor, row: Tensor, window: int | None) -> Tensor:
     """(n, n_k) bool: which keys (``index``, ``row``) each local query may attend to."""
     same_row = ring.row[:, None] == row[None, :]
-    return same_row & (index[None, :] <= ring.index[:, None])
+    allowed = same_row & (index[None, :] <= ring.index[:, None])
+    if window is not None:
+        allowed &= index[None, :] > ring.index[:, None] - window
+    return allowed
 
 
 def _scores(q: Tensor, k: Tensor, allowed: Tensor, scale: float) -> Tensor:
@@ -94,7 +97,9 @@ def _live(allowed: Tensor) -> tuple[Tensor, Tensor]:
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, ring: Ring, scale: float) -> Tensor:
+    def forward(
+        ctx: Any, q: Tensor, k: Tensor, v: Tensor, ring: Ring, scale: float, window: int | None
+    ) -> Tensor:
         heads, groups = q.shape[0], k.shape[0]
         q32 = q.float()
         out = torch.zeros_like(q32)
@@ -104,7 +109,7 @@ class _RingAttention(torch.autograd.Function):
             k_b, v_b, index_b, row_b = block
             if step < ring.size - 1:
                 block_next = _pass_on(block, ring)
-            allowed = _allowed(ring, index_b, row_b)
+            allowed = _allowed(ring, index_b, row_b, window)
             rows, cols = _live(allowed)
             if rows.numel():  # every live query has a key: its block log-sum-exp is finite
                 k_c, v_c = (_repeat(t[:, cols].float(), heads) for t in (k_b, v_b))
@@ -121,13 +126,13 @@ class _RingAttention(torch.autograd.Function):
             if step < ring.size - 1:
                 block = block_next
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.ring, ctx.scale, ctx.groups = ring, scale, groups
+        ctx.ring, ctx.scale, ctx.groups, ctx.window = ring, scale, groups, window
         return out.to(q.dtype)
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple:
         q, k, v, out, lse = ctx.saved_tensors
-        ring, scale, groups = ctx.ring, ctx.scale, ctx.groups
+        ring, scale, groups, window = ctx.ring, ctx.scale, ctx.groups, ctx.window
         heads = q.shape[0]
         q32, d_out = q.float(), grad_out.float()
         delta = (d_out * out).sum(-1, keepdim=True)  # Δ (H, n, 1)
@@ -136,7 +141,7 @@ class _RingAttention(torch.autograd.Function):
         block.append(torch.zeros_like(v, dtype=torch.float32))
         for _ in range(ring.size):
             k_b, v_b, index_b, row_b, d_k, d_v = block
-            allowed = _allowed(ring, index_b, row_b)
+            allowed = _allowed(ring, index_b, row_b, window)
             rows, cols = _live(allowed)
             if rows.numel():
                 k_c, v_c = (_repeat(t[:, cols].float(), heads) for t in (k_b, v_b))
@@ -150,10 +155,13 @@ class _RingAttention(torch.autograd.Function):
             # every block goes round once more with its gradients: P passes bring it home
             block = _pass_on([k_b, v_b, index_b, row_b, d_k, d_v], ring)
         d_k, d_v = block[4], block[5]
-        return d_q.to(q.dtype), d_k.to(k.dtype), d_v.to(v.dtype), None, None
+        return d_q.to(q.dtype), d_k.to(k.dtype), d_v.to(v.dtype), None, None, None
 
 
-def ring_attention(q: Tensor, k: Tensor, v: Tensor, ring: Ring, scale: float) -> Tensor:
+def ring_attention(
+    q: Tensor, k: Tensor, v: Tensor, ring: Ring, scale: float, window: int | None = None
+) -> Tensor:
     """q (H, n, D), k and v (G, n, D) of this rank's tokens -> (H, n, D): each query's
-    attention over every rank's keys it may attend to (module docstring)."""
-    return _RingAttention.apply(q, k, v, ring, scale)
+    attention over every rank's keys it may attend to (module docstring); ``window``: a
+    sliding-window layer's w (None: attention over the whole row)."""
+    return _RingAttention.apply(q, k, v, ring, scale, window)

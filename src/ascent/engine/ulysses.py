@@ -83,6 +83,15 @@ def heads_of(
     return tuple(to_heads(t, size, group) for t in (query, key, value))
 
 
+def _window(length: int, window: int | None, device: torch.device) -> Tensor | None:
+    """A row's causal sliding-window mask (L, L), True where attended; None without one."""
+    if window is None:
+        return None
+    index = torch.arange(length, device=device)
+    offset = index[:, None] - index[None, :]  # query minus key
+    return (offset >= 0) & (offset < window)
+
+
 def ulysses_attention(
     module: nn.Module,
     query: Tensor,
@@ -93,10 +102,18 @@ def ulysses_attention(
     sequence_split: UlyssesContext,
     scaling: float | None = None,
     dropout: float = 0.0,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
     **_: object,
 ) -> tuple[Tensor, None]:
     """transformers' attention interface (module docstring): (1, H, n, D) queries and
-    (1, G, n, D) keys and values -> (1, n, H, D)."""
+    (1, G, n, D) keys and values -> (1, n, H, D); a sliding-window layer's window is kept
+    (key j seen by query i when i - w < j <= i, as transformers' mask)."""
+    if softcap is not None:
+        raise ValueError(
+            "Ulysses attention has no logit soft-cap; this model uses one: set "
+            "parallel.sequence to 1"
+        )
     ulysses = sequence_split
     size, group = ulysses.size, ulysses.group
     q, k, v = heads_of(query, key, value, size, group)
@@ -107,9 +124,10 @@ def ulysses_attention(
                 q[:, :, start:end],
                 k[:, :, start:end],
                 v[:, :, start:end],
+                attn_mask=_window(end - start, sliding_window, q.device),
                 dropout_p=dropout,
                 scale=scaling,
-                is_causal=True,
+                is_causal=sliding_window is None,
                 enable_gqa=q.shape[1] != k.shape[1],
             )
             for start, end in ulysses.spans

@@ -90,14 +90,17 @@ def test_the_teacher_section_is_checked_before_any_worker_starts(tiny_model, pro
             "teacher.endpoint.model=m",
             "rollout.temperature=0.7",
         )
-    with pytest.raises(ConfigError, match=r"not split over actor\.parallel\.sequence or \.tensor"):
-        plan(
-            f"teacher.model.path={tiny_model}",
-            "teacher.forward_kl_top_k=1",
-            "actor.parallel.sequence=2",
-            "model.packing=packed",
-            "resources.devices_per_node=2",
-        )
+    for split in ("sequence", "context", "tensor"):  # a ring splits the positions too
+        with pytest.raises(
+            ConfigError, match=r"not split over actor\.parallel\.sequence or \.tensor"
+        ):
+            plan(
+                f"teacher.model.path={tiny_model}",
+                "teacher.forward_kl_top_k=1",
+                f"actor.parallel.{split}=2",
+                "model.packing=packed",
+                "resources.devices_per_node=2",
+            )
 
 
 def test_a_teacher_with_another_vocabulary_is_refused_naming_the_token(

@@ -126,8 +126,8 @@ class FSDPConfig(Strict):
 class ParallelConfig(Strict):
     """How a role's ranks split the model and the work: the axes of one device mesh
     (``ascent.engine.mesh``). The data-parallel degree is derived: ranks / (tensor x
-    sequence x context); FSDP shards parameters over every axis but ``tensor``. Checked against the
-    ranks, heads and experts before any worker starts."""
+    sequence x context); FSDP shards parameters over every axis but ``tensor``. Checked
+    against the ranks, heads and experts before any worker starts."""
 
     tensor: int = Field(
         1,
@@ -135,8 +135,8 @@ class ParallelConfig(Strict):
         description="Tensor parallelism: each layer's weights split over this many ranks "
         "(DTensor, the model family's plan: attention heads and MLP columns, the "
         "vocabulary of the embedding and head; norms and the residual stream split by "
-        "sequence). They form one data-parallel replica with the sequence ranks; must "
-        "divide the ranks, the attention and key/value heads and the MLP width.",
+        "sequence). They form one data-parallel replica with the sequence and context "
+        "ranks; must divide the ranks, the attention and key/value heads and the MLP width.",
     )
     sequence: int = Field(
         1,
@@ -167,6 +167,37 @@ class ParallelConfig(Strict):
     def replica(self) -> int:
         """Ranks given the same rows: one replica's tensor x sequence x context ranks."""
         return self.tensor * self.sequence * self.context
+
+    def rank_problem(self, world: int, field: str = "parallel") -> str | None:
+        """Why these degrees cannot split ``world`` ranks, naming ``field``'s keys (the plan
+        checks a role's section before any worker starts; the mesh checks again); None
+        when they can."""
+        tensor, sequence, expert, context = self.tensor, self.sequence, self.expert, self.context
+        if world % tensor:
+            return f"{field}.tensor={tensor} must divide the {world} training rank(s)"
+        rest = world // tensor
+        for name, size in (("sequence", sequence), ("expert", expert), ("context", context)):
+            if rest % size:
+                return (
+                    f"{field}.{name}={size} must divide the {rest} rank(s) outside the tensor "
+                    f"axis ({world} training ranks / tensor {tensor})"
+                )
+        if context > 1 and rest % (context * sequence):
+            return (
+                f"{field}: context x sequence = {context * sequence} must divide the {rest} "
+                "rank(s) outside the tensor axis"
+            )
+        if context > 1 and expert > 1:
+            return (
+                f"{field}.context={context} does not split experts yet: set {field}.expert=1, "
+                f"or split sequences with {field}.sequence instead of the ring"
+            )
+        if max(expert, sequence) % min(expert, sequence):
+            return (
+                f"{field}.sequence={sequence} and {field}.expert={expert}: one must divide the "
+                "other (they share the mesh's inner axes)"
+            )
+        return None
 
 
 NO_SPLIT = ParallelConfig()  # every axis 1: data parallelism over all ranks

@@ -71,9 +71,11 @@ def balanced_assignment(total: int, ring: int, ulysses: int) -> list[Tensor]:
 def shard_context(layout: PackedSequences, axes: SplitAxes) -> SequenceShard:
     """This rank's share of ``layout`` (packed, (1, N)) over the ring and Ulysses ranks."""
     ring, ulysses = axes.ring_size, axes.ulysses_size
-    ids, positions, filler = padded_sequence(layout, 2 * ring * ulysses)
+    layout = padded_sequence(layout, 2 * ring * ulysses)
+    positions = layout.position_ids[0]
     assignment = [
-        tokens.to(ids.device) for tokens in balanced_assignment(ids.shape[0], ring, ulysses)
+        tokens.to(positions.device)
+        for tokens in balanced_assignment(layout.num_tokens, ring, ulysses)
     ]
     rows = (positions == 0).long().cumsum(0) - 1  # every row starts at position 0
     ring_tokens = torch.cat(assignment[axes.ring_rank * ulysses : (axes.ring_rank + 1) * ulysses])
@@ -83,9 +85,7 @@ def shard_context(layout: PackedSequences, axes: SplitAxes) -> SequenceShard:
         ulysses_size=ulysses,
     )
     rank = axes.ring_rank * ulysses + axes.ulysses_rank
-    return split_sequence(
-        layout, assignment, ids, positions, filler, rank, axes.sequence_group, context
-    )
+    return split_sequence(layout, assignment, rank, axes.sequence_group, context)
 
 
 def ring_attention_forward(

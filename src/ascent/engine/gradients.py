@@ -14,6 +14,7 @@ tensor ranks, the same on all T of them. Each piece then counts 1 / (its copies)
 Clipping scales every gradient by min(1, max_norm / (||g|| + 1e-6)), as torch does.
 """
 
+import functools
 import math
 
 import torch
@@ -36,11 +37,16 @@ def copies(grad: Tensor, tensor: DeviceMesh | None) -> int:
     held = math.prod(
         mesh.size(dim) for dim, place in enumerate(grad.placements) if place.is_replicate()
     )
-    if tensor is None:
+    if tensor is None or _spans(mesh, tensor):
         return held
-    peers = set(tensor.mesh.flatten().tolist())
-    spans_tensor_ranks = peers <= set(mesh.mesh.flatten().tolist())
-    return held * (1 if spans_tensor_ranks else tensor.size())
+    return held * tensor.size()
+
+
+@functools.cache
+def _spans(mesh: DeviceMesh, tensor: DeviceMesh) -> bool:
+    """Whether ``mesh`` holds every rank of this rank's ``tensor`` group (asked once per
+    mesh, not per gradient and step)."""
+    return set(tensor.mesh.flatten().tolist()) <= set(mesh.mesh.flatten().tolist())
 
 
 def clip_sharded_gradients(

@@ -61,11 +61,13 @@ class TrainingMesh:
 
 
 def training_mesh(device_type: str, parallel: ParallelConfig = NO_SPLIT) -> TrainingMesh:
-    """The mesh of this process group's ranks (module docstring); ValueError when an axis
-    does not divide the number of ranks, or neither of sp and ep divides the other."""
+    """The mesh of this process group's ranks (module docstring); ValueError when the
+    degrees cannot split them (``ParallelConfig.rank_problem``)."""
     world = dist.get_world_size()
+    problem = parallel.rank_problem(world)
+    if problem is not None:
+        raise ValueError(problem)
     tensor, sequence, expert = parallel.tensor, parallel.sequence, parallel.expert
-    _check_degrees(world, parallel)
     rest = world // tensor
     small, big = sorted((expert, sequence))
     with_tp = ("tp",) if tensor > 1 else ()
@@ -118,17 +120,7 @@ def _ring_mesh(
 ) -> TrainingMesh:
     """(dp, cp, sp[, tp]) for ring context parallelism (module docstring)."""
     ring, ulysses = parallel.context, parallel.sequence
-    if parallel.expert > 1:
-        raise ValueError(
-            "parallel.context > 1 does not split experts yet: set parallel.expert=1 (or split "
-            "sequences with parallel.sequence instead of the ring)"
-        )
     rest = world // parallel.tensor
-    if rest % (ring * ulysses):
-        raise ValueError(
-            f"parallel.context={ring} x parallel.sequence={ulysses} does not divide the {rest} "
-            "ranks outside the tensor axis; choose divisors"
-        )
     names = ("dp", "cp", "sp")
     shape = (rest // (ring * ulysses), ring, ulysses, parallel.tensor)[: 3 + len(with_tp)]
     mesh = init_device_mesh(device_type, shape, mesh_dim_names=names + with_tp)
@@ -140,25 +132,3 @@ def _ring_mesh(
         sequence=mesh["cp", "sp"]._flatten("cp_sp"),
         tp=mesh["tp"] if with_tp else None,
     )
-
-
-def _check_degrees(world: int, parallel: ParallelConfig) -> None:
-    """ValueError naming the degree that does not divide the ranks it splits."""
-    tensor, sequence, expert = parallel.tensor, parallel.sequence, parallel.expert
-    if world % tensor:
-        raise ValueError(
-            f"parallel.tensor={tensor} does not divide the {world} ranks of the role; choose "
-            "a divisor of the rank count"
-        )
-    rest = world // tensor
-    for field, size in (("parallel.expert", expert), ("parallel.sequence", sequence)):
-        if rest % size:
-            raise ValueError(
-                f"{field}={size} does not divide the {rest} ranks outside the tensor axis "
-                f"({world} ranks / parallel.tensor={tensor}); choose a divisor"
-            )
-    if max(expert, sequence) % min(expert, sequence):
-        raise ValueError(
-            f"parallel.expert={expert} and parallel.sequence={sequence}: one must divide the "
-            "other (they share the mesh's inner axes)"
-        )

@@ -55,9 +55,9 @@ class PolicyModule(nn.Module):
     compute_entropy is False), float32, with logits / temperature exactly as the rollout
     samples them (soft-capped first where the model's config caps them:
     ``final_logit_softcapping``); a head split by vocabulary over tensor ranks is scored
-    split (``ascent.engine.vocab_parallel``). A model family's own inputs (a vision-language model's
-    ``pixel_values``, ``image_grid_thw``, and M-RoPE planes as ``position_ids``) pass
-    through ``model_inputs``;
+    split (``ascent.engine.vocab_parallel``). A model family's own inputs (a vision-language
+    model's ``pixel_values``, ``image_grid_thw``, and M-RoPE planes as ``position_ids``)
+    pass through ``model_inputs``;
     ``extra_inputs`` is what builds them for this model (``__call__``, outside) and turns
     them into the forward's embeddings (``embed``, inside: it runs the vision tower; see
     ``ascent.vision.forward``), or None for a text model.
@@ -87,9 +87,11 @@ class PolicyModule(nn.Module):
             input_ids, position_ids, query_index, attention_mask, model_inputs
         )
         head = lm.get_output_embeddings()
-        split = vocabulary_split(head.weight)  # tensor parallelism: each rank's rows
-        score = token_log_probs_and_entropy_from_hidden
-        score = score if split is None else vocab_parallel_log_probs_and_entropy
+        score = (  # tensor parallelism: each rank holds rows of the vocabulary
+            token_log_probs_and_entropy_from_hidden
+            if vocabulary_split(head.weight) is None
+            else vocab_parallel_log_probs_and_entropy
+        )
         log_probs, entropy = score(
             hidden,
             head.weight,

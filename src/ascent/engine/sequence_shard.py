@@ -61,18 +61,16 @@ class SequenceShard:
         return gathered if self.token_order is None else gathered[self.token_order]
 
 
-def padded_sequence(layout: PackedSequences, multiple: int) -> tuple[Tensor, Tensor, int]:
-    """The packed ids and positions (N',), N' the next multiple of ``multiple``, the filler a
-    row of its own (positions from 0); and the filler's length."""
+def padded_sequence(layout: PackedSequences, multiple: int) -> PackedSequences:
+    """``layout`` (packed rows, (1, N)) as long as the next multiple of ``multiple``
+    (``PackedSequences.with_filler``: the filler a row of its own); ValueError for padded
+    rows."""
     if layout.attention_mask is not None:
         raise ValueError(
             "sequence and context parallelism split packed rows; set model.packing=packed "
             "(the padded layout keeps rows apart with an attention mask instead)"
         )
-    ids, positions = layout.input_ids[0], layout.position_ids[0]
-    filler = -ids.shape[0] % multiple
-    fill = torch.arange(filler, device=ids.device)
-    return torch.cat([ids, torch.zeros_like(fill)]), torch.cat([positions, fill]), filler
+    return layout.with_filler(multiple)
 
 
 def _placement(assignment: list[Tensor], total: int) -> tuple[Tensor, Tensor]:
@@ -88,17 +86,11 @@ def _placement(assignment: list[Tensor], total: int) -> tuple[Tensor, Tensor]:
 
 
 def split_sequence(
-    layout: PackedSequences,
-    assignment: list[Tensor],
-    ids: Tensor,
-    positions: Tensor,
-    filler: int,
-    rank: int,
-    group: Any,
-    context: Any,
+    layout: PackedSequences, assignment: list[Tensor], rank: int, group: Any, context: Any
 ) -> SequenceShard:
-    """Rank ``rank``'s share of ``layout`` under ``assignment`` (the padded sequence's token
-    indices of each rank: ``padded_sequence``'s ``ids``, ``positions``)."""
+    """Rank ``rank``'s share of ``layout`` (``padded_sequence``'s) under ``assignment`` (its
+    token indices of each rank)."""
+    ids, positions = layout.input_ids[0], layout.position_ids[0]
     total = ids.shape[0]
     owner, place = _placement(assignment, total)
     query_owner = owner[layout.query_index]
@@ -117,16 +109,13 @@ def split_sequence(
     local_of = torch.full((total,), -1, dtype=torch.long, device=ids.device)
     local_of[mine] = torch.arange(mine.shape[0], device=ids.device)
     in_mine = query_owner == rank
-    real = torch.cat(
-        [layout.real_tokens(), torch.zeros(filler, dtype=torch.bool, device=ids.device)]
-    )
     return SequenceShard(
         input_ids=ids[mine][None],
         position_ids=positions[mine][None],
         query_index=local_of[layout.query_index[in_mine]],
         targets=layout.targets[in_mine],
         query_counts=counts.tolist(),
-        real_tokens=real,
+        real_tokens=layout.real_tokens(),
         token_index=mine,
         query_order=query_order,
         token_order=token_order,

@@ -46,13 +46,15 @@ class UlyssesContext:
 def shard_sequence(layout: PackedSequences, group: Any, size: int, rank: int) -> SequenceShard:
     """Rank ``rank``'s share of ``layout`` (a packed layout, (1, N)) over ``size`` ranks:
     contiguous parts of the padded sequence (``ascent.engine.sequence_shard``)."""
-    ids, positions, filler = padded_sequence(layout, size)
-    share = ids.shape[0] // size
+    layout = padded_sequence(layout, size)
+    total = layout.num_tokens
+    share = total // size
+    positions = layout.position_ids[0]
     starts = (positions == 0).nonzero(as_tuple=True)[0].tolist()  # every row starts at 0
-    spans = list(zip(starts, [*starts[1:], ids.shape[0]], strict=True))
-    assignment = list(torch.arange(ids.shape[0], device=ids.device).split(share))
+    spans = list(zip(starts, [*starts[1:], total], strict=True))
+    assignment = list(torch.arange(total, device=positions.device).split(share))
     context = UlyssesContext(group=group, size=size, spans=spans)
-    return split_sequence(layout, assignment, ids, positions, filler, rank, group, context)
+    return split_sequence(layout, assignment, rank, group, context)
 
 
 def to_heads(x: Tensor, size: int, group: Any) -> Tensor:

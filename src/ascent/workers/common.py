@@ -143,13 +143,14 @@ def value_forward(engine: TrainEngine, batch: Batch, device: torch.device, packe
 
 
 def check_replicas(ctx: Any, parallel: ParallelConfig) -> None:
-    """The group must give the tensor and sequence ranks of one replica the same rows."""
+    """The group must give the tensor, sequence and context ranks of one replica the same
+    rows."""
     if ctx.replica_size != parallel.replica:
         raise ValueError(
-            f"parallel.tensor={parallel.tensor} x parallel.sequence={parallel.sequence} needs "
-            f"the role spawned with replica_size={parallel.replica} (it has "
-            f"{ctx.replica_size}), so that the ranks splitting a replica's work are given "
-            "the same rows"
+            f"parallel.tensor={parallel.tensor} x .sequence={parallel.sequence} x .context="
+            f"{parallel.context} needs the role spawned with replica_size={parallel.replica} "
+            f"(it has {ctx.replica_size}), so that the ranks splitting a replica's work are "
+            "given the same rows"
         )
 
 

@@ -54,32 +54,9 @@ def check_parallel(config: RLConfig, needs: Needs) -> None:
 
 
 def check_ranks(field: str, parallel: ParallelConfig, world: int) -> None:
-    tensor, sequence, expert = parallel.tensor, parallel.sequence, parallel.expert
-    if world % tensor:
-        raise ConfigError(f"{field}.tensor={tensor} must divide the {world} training rank(s)")
-    rest = world // tensor
-    context = parallel.context
-    for name, size in (("sequence", sequence), ("expert", expert), ("context", context)):
-        if rest % size:
-            raise ConfigError(
-                f"{field}.{name}={size} must divide the {rest} rank(s) outside the tensor axis "
-                f"({world} training ranks / tensor {tensor})"
-            )
-    if context > 1 and rest % (context * sequence):
-        raise ConfigError(
-            f"{field}: context x sequence = {context * sequence} must divide the {rest} "
-            "rank(s) outside the tensor axis"
-        )
-    if context > 1 and expert > 1:
-        raise ConfigError(
-            f"{field}.context={context} does not split experts yet: set {field}.expert=1, or "
-            f"split sequences with {field}.sequence instead of the ring"
-        )
-    if max(expert, sequence) % min(expert, sequence):
-        raise ConfigError(
-            f"{field}.sequence={sequence} and {field}.expert={expert}: one must divide the "
-            "other (they share the mesh's inner axes)"
-        )
+    problem = parallel.rank_problem(world, field)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def check_experts(field: str, expert: int, checkpoint: dict, path: str) -> None:

@@ -154,12 +154,11 @@ def check_teacher(config: RLConfig) -> None:
             f"{config.rollout.temperature}: the student's and teacher's log-probs would be "
             "of different distributions; sample at 1, or use a local teacher.model"
         )
-    split = config.actor.parallel
-    if teacher.forward_kl_top_k and (split.sequence > 1 or split.tensor > 1):
+    if teacher.forward_kl_top_k and config.actor.parallel.replica > 1:
         raise ConfigError(
             "teacher.forward_kl_top_k scores the teacher's top-k tokens at every position, "
-            "which is not split over actor.parallel.sequence or .tensor ranks yet: set it "
-            "to 0 or both to 1"
+            "which is not split over actor.parallel.sequence or .tensor ranks (nor a .context "
+            "ring) yet: set it to 0, or those three to 1"
         )
     if teacher.model is not None:
         student = load_tokenizer(

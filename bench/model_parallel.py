@@ -1,13 +1,15 @@
-"""Data, tensor, sequence (Ulysses), ring context and expert parallelism on CPU processes
-(gloo), side by side: what each rank holds of the parameters and of the activations.
+"""Data, tensor, sequence (Ulysses), ring context, pipeline and expert parallelism on CPU
+processes (gloo), side by side: what each rank holds of the parameters and of the
+activations.
 
 Each layout is one ``ParallelConfig`` on a world of 2 or 4 ranks (the data-parallel degree
-is what is left: ranks / (tensor x sequence x context)):
+is what is left: ranks / (pipeline x tensor x sequence x context)):
 
-- ``dense2``: a dense Qwen2-shaped model (8 heads, 2 key/value heads) on 2 ranks: data 2
-  (nothing split), sequence 2, context 2, tensor 2;
+- ``dense2``: a dense Qwen2-shaped model (8 heads, 2 key/value heads, 4 layers, untied
+  head) on 2 ranks: data 2 (nothing split), sequence 2, context 2, tensor 2, data 2 in 4
+  micro-batches, pipeline 2;
 - ``dense4``: the same model on 4 ranks: data 4, tensor 2 x data 2, tensor 2 x context 2,
-  context 4;
+  context 4, pipeline 2 x data 2, tensor 2 x pipeline 2;
 - ``moe``: a mixture of experts (8 experts, 2 per token; 4 heads, 2 key/value heads) on 2
   ranks: data 2, expert 2, tensor 2.
 
@@ -15,18 +17,24 @@ A replica (the tensor x sequence x context ranks that split one micro-batch) is 
 packed micro-batch of ``--tokens`` tokens per step (a multiple of 512: rows of 512 tokens,
 the last quarter the response; the same rows on every rank of the replica, other rows on
 other replicas) and runs the actor's forward and backward on it (``policy_forward`` on the
-FSDP2 ``TrainEngine``, packed rows). Measured per rank, the largest over the ranks reported:
+FSDP2 ``TrainEngine``, packed rows). A pipeline replica cuts its tokens into 4 micro-batches
+(a pipeline needs several to keep its stages busy) and runs them through its stages under
+the 1F1B schedule (``PipelineEngine.run``); ``data 2, 4 micro`` runs the same 4
+micro-batches one after the other without stages, the pipeline's baseline. Measured per
+rank, the largest over the ranks reported:
 
 - parameters: the bytes of the rank's local shard of each of ``engine.module.parameters()``
   after construction (``DTensor.to_local()``: FSDP2 shards over every axis but tensor, the
   family's tensor plan splits over the tensor axis; it leaves a mixture-of-experts block
   whole on every tensor rank, experts being split over the expert axis instead);
-- saved activations: the bytes the forward keeps for the backward (every tensor autograd
-  saves, a DTensor by its local tensor, counted once per storage), of which the (..., n, n)
-  constants (no gradient) over the packed tokens, n the micro-batch's length or the rank's
-  share of it: the attention masks that transformers' packed SDPA path builds and CPU SDPA
-  keeps per layer (tensor parallelism too: every tensor rank attends over all N tokens),
-  which the Ulysses and ring paths do not have;
+- saved activations: the most bytes that the tensors autograd saves for the backward hold
+  at once during the step (a DTensor by its local tensor, each storage once, held until the
+  backward has used it): for a forward then a backward, all the forward saves; for a
+  pipeline stage, which runs backwards between forwards, the peak over the schedule. Of
+  these, the (..., n, n) constants (no gradient) over the packed tokens, n the
+  micro-batch's length or the rank's share of it: the attention masks that transformers'
+  packed SDPA path builds and CPU SDPA keeps per layer (tensor parallelism too: every
+  tensor rank attends over all N tokens), which the Ulysses and ring paths do not have;
 - RSS growth: how far a measured step raises the process's peak resident memory
   (``ru_maxrss``) above the peak of the steps before it, the largest over the measured
   steps. The warm-up step has set that peak already, so this is what a step adds beyond an
@@ -64,14 +72,16 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from ascent.batch import Batch
-from ascent.engine import FSDPConfig, PolicyModule, TrainEngine
+from ascent.engine import FSDPConfig, PolicyModule, TrainEngine, pack_for_responses
 from ascent.engine.config import ParallelConfig
+from ascent.engine.pipeline import PipelineEngine, make_engine
 from ascent.models import load_causal_lm
 from ascent.models.tiny import build_tiny_model
 from ascent.models.tiny_moe import build_tiny_moe
 from ascent.workers.common import policy_forward, split_plan
 
 ROW_TOKENS = 512  # packed rows of this length (the last quarter is the response)
+MICRO_BATCHES = 4  # a pipeline replica's tokens in this many micro-batches (and "4 micro")
 
 # (model, ranks, layout label, ParallelConfig fields) per --what
 LAYOUTS = {
@@ -80,12 +90,16 @@ LAYOUTS = {
         ("dense", 2, "sequence 2", {"sequence": 2}),
         ("dense", 2, "context 2", {"context": 2}),
         ("dense", 2, "tensor 2", {"tensor": 2}),
+        ("dense", 2, "data 2, 4 micro", {"micro_batches": MICRO_BATCHES}),
+        ("dense", 2, "pipeline 2", {"pipeline": 2}),
     ],
     "dense4": [
         ("dense", 4, "data 4", {}),
         ("dense", 4, "tensor 2 x data 2", {"tensor": 2}),
         ("dense", 4, "tensor 2 x context 2", {"tensor": 2, "context": 2}),
         ("dense", 4, "context 4", {"context": 4}),
+        ("dense", 4, "pipeline 2 x data 2", {"pipeline": 2}),
+        ("dense", 4, "tensor 2 x pipeline 2", {"tensor": 2, "pipeline": 2}),
     ],
     "moe": [
         ("moe", 2, "data 2", {}),
@@ -116,27 +130,63 @@ def parameter_bytes(module: nn.Module) -> int:
     return sum(local(p).numel() * local(p).element_size() for p in module.parameters())
 
 
-def saved_bytes_of(step, sides: set[int]) -> tuple[int, int, torch.Tensor]:
-    """Bytes of the tensors autograd saves for the backward while ``step`` runs its forward
-    (each storage once), of which the constants (no gradient) of shape (..., n, n) with n in
-    ``sides`` (attention masks), and the step's loss."""
-    storages: dict[int, int] = {}
-    squares: dict[int, int] = {}
+class SavedBytes:
+    """The most bytes that tensors saved for the backward hold at once (each storage once),
+    and of those the constants (no gradient) of shape (..., n, n) with n in ``sides``
+    (attention masks). A storage is held while autograd holds a save of it: from the first
+    save until the backward has used every save (or the graph that saved it is dropped). For
+    a forward then a backward that is everything the forward saved; for a pipeline schedule,
+    whose stage runs backwards between forwards, the peak."""
 
-    def pack(tensor):
+    def __init__(self, sides: set[int]) -> None:
+        self.sides = sides
+        self.held: dict[int, list] = {}  # storage -> [saves held, bytes, is a mask]
+        self.peak = self.peak_squares = 0
+
+    def pack(self, tensor):
         plain = local(tensor)
         storage = plain.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
-        # a mask is a constant; an (n, n) that needs a gradient is an activation or a weight
-        # whose sizes happen to match n
-        constant = not plain.requires_grad
-        if plain.dim() >= 2 and plain.shape[-1] == plain.shape[-2] in sides and constant:
-            squares[storage.data_ptr()] = storage.nbytes()
-        return tensor
+        key = storage.data_ptr()
+        if key in self.held:
+            self.held[key][0] += 1
+        else:
+            # a mask is a constant; an (n, n) that needs a gradient is an activation or a
+            # weight whose sizes happen to match n
+            constant = not plain.requires_grad
+            square = plain.dim() >= 2 and plain.shape[-1] == plain.shape[-2] in self.sides
+            self.held[key] = [1, storage.nbytes(), square and constant]
+        total = sum(n for _, n, _ in self.held.values())
+        if total > self.peak:
+            self.peak = total
+            self.peak_squares = sum(n for _, n, square in self.held.values() if square)
+        return _Held(tensor, key, self)
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        loss = step()
-    return sum(storages.values()), sum(squares.values()), loss
+    def release(self, key: int) -> None:
+        entry = self.held.get(key)
+        if entry is not None:
+            entry[0] -= 1
+            if entry[0] == 0:
+                del self.held[key]
+
+
+class _Held:
+    """A save as autograd holds it: released when autograd lets go of it."""
+
+    __slots__ = ("key", "saved", "tensor")
+
+    def __init__(self, tensor: torch.Tensor, key: int, saved: SavedBytes) -> None:
+        self.tensor, self.key, self.saved = tensor, key, saved
+
+    def __del__(self) -> None:
+        self.saved.release(self.key)
+
+
+def saved_bytes_of(step, sides: set[int]) -> tuple[int, int]:
+    """``SavedBytes`` of ``step`` (its forward and backward): (peak bytes, of which masks)."""
+    saved = SavedBytes(sides)
+    with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda held: held.tensor):
+        step()
+    return saved.peak, saved.peak_squares
 
 
 def worker(rank: int, config: dict, port: int, results: dict) -> None:
@@ -146,7 +196,7 @@ def worker(rank: int, config: dict, port: int, results: dict) -> None:
     parallel = ParallelConfig(**config["parallel"])
     model = load_causal_lm(config["model"], attn_implementation="sdpa")
     module = PolicyModule(model, chunk_tokens=1024)
-    engine = TrainEngine(
+    engine = make_engine(
         module,
         device=torch.device("cpu"),
         fsdp=FSDPConfig(),
@@ -159,19 +209,18 @@ def worker(rank: int, config: dict, port: int, results: dict) -> None:
     batch = rows_batch(config["tokens"], model.config.vocab_size, rank // parallel.replica)
     packed_tokens = max(config["tokens"] // ROW_TOKENS, 1) * ROW_TOKENS
     split = parallel.sequence * parallel.context
-    sides = {packed_tokens, packed_tokens // split}
-
-    def step():
-        log_probs, entropy = policy_forward(engine, batch, torch.device("cpu"), 1.0, True)
-        return log_probs.sum() - 0.01 * entropy.sum()
+    sides = {packed_tokens, packed_tokens // split, packed_tokens // MICRO_BATCHES}
+    if parallel.pipeline > 1:
+        step = pipeline_step(engine, batch)
+    else:
+        step = whole_step(engine, batch, config["micro_batches"])
 
     times, saved, masks, rss, first_rss = [], [], [], [], 0
     for repeat in range(config["repeats"] + 1):
         dist.barrier()
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         began = time.perf_counter()
-        kept, square, loss = saved_bytes_of(step, sides)
-        loss.backward()
+        kept, square = saved_bytes_of(step, sides)
         dist.barrier()
         took = time.perf_counter() - began
         engine.zero_grad()
@@ -193,6 +242,34 @@ def worker(rank: int, config: dict, port: int, results: dict) -> None:
         "rss_first_step_growth_mib": first_rss / 1024,
     }
     dist.destroy_process_group()
+
+
+def whole_step(engine: TrainEngine, batch: Batch, micro_batches: int = 1):
+    """The replica's tokens as one packed micro-batch (or ``micro_batches``, one after the
+    other): forward, then backward."""
+
+    def step() -> None:
+        for part in batch.split(min(micro_batches, len(batch))):
+            log_probs, entropy = policy_forward(engine, part, torch.device("cpu"), 1.0, True)
+            (log_probs.sum() - 0.01 * entropy.sum()).backward()
+
+    return step
+
+
+def pipeline_step(engine: PipelineEngine, batch: Batch):
+    """The replica's tokens as ``MICRO_BATCHES`` packed micro-batches through the
+    stages (1F1B), the same loss."""
+    parts = batch.split(min(MICRO_BATCHES, len(batch)))
+    layouts = [
+        pack_for_responses(part["input_ids"], part["attention_mask"], ROW_TOKENS // 4)
+        for part in parts
+    ]
+
+    def loss(index: int, outputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, dict]:
+        log_probs, entropy = outputs
+        return log_probs.sum() - 0.01 * entropy.sum(), {}
+
+    return lambda: engine.run(layouts, loss)
 
 
 def free_port() -> int:
@@ -250,9 +327,11 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         paths = models(Path(tmp))
-        for model, ranks, layout, parallel in runs:
+        for model, ranks, layout, fields in runs:
             config = {"model_name": model, "model": paths[model], "ranks": ranks}
-            config |= {"layout": layout, "parallel": parallel}
+            micro_batches = fields.get("micro_batches", 1)
+            parallel = {k: v for k, v in fields.items() if k != "micro_batches"}
+            config |= {"layout": layout, "parallel": parallel, "micro_batches": micro_batches}
             config |= {"tokens": args.tokens, "repeats": args.repeats}
             rows.append(measure(config))
             print(json.dumps({k: v for k, v in rows[-1].items() if k != "model"}), flush=True)

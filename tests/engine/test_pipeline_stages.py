@@ -54,7 +54,7 @@ def unsplit(path):
         loss = loss_of(whole(ids[rows], positions[rows], targets[rows]), weights[rows])
         loss.backward()
         total += loss.item()
-    grads = {whole.global_name(n): p.grad for n, p in whole.stack.named_parameters()}
+    grads = {whole.global_name(n): p.grad for n, p in whole.named_parameters()}
     return total, grads, model.lm_head.weight.grad
 
 
@@ -72,7 +72,7 @@ def _stage(rank, path, store, out):
             schedule.step(ids, positions, targets)
         else:
             schedule.step(target=weights, losses=losses)
-        grads = {module.global_name(n): p.grad for n, p in module.stack.named_parameters()}
+        grads = {module.global_name(n): p.grad for n, p in module.named_parameters()}
         head = model.lm_head.weight.grad if rank == 1 else None
         torch.save((sum(loss.item() for loss in losses), grads, head), f"{out}.{rank}")
     finally:

@@ -1,9 +1,10 @@
 """Live RL runs with the actor (and its reference) split over two ranks: two GRPO steps with
 the native engine colocated, generating with weights gathered from the split actor; the
 engine's log-probs agree with the trainer's after the first update too (the refresh reached
-it). Layers split over two tensor ranks (padded and packed rows), and sequences split over a
-ring of two. And exact resume under a split: PPO with the actor, reference and critic split,
-four steps straight equal two, a resume, and two more, bitwise."""
+it). Layers split over two tensor ranks (padded and packed rows), sequences split over a
+ring of two, and the layers cut into two pipeline stages. And exact resume under a split:
+PPO with the actor, reference and critic split, four steps straight equal two, a resume,
+and two more, bitwise."""
 
 import pytest
 
@@ -16,6 +17,7 @@ LAYOUTS = {
     "tensor_padded": ("actor.parallel.tensor=2", "model.packing=padded"),
     "tensor_packed": ("actor.parallel.tensor=2", "model.packing=packed"),
     "ring": ("actor.parallel.context=2", "model.packing=packed"),
+    "pipeline": ("actor.parallel.pipeline=2", "model.packing=packed"),
 }
 
 
@@ -24,6 +26,7 @@ LAYOUTS = {
     [
         "tensor_packed",
         "ring",
+        "pipeline",
         pytest.param("tensor_padded", marks=pytest.mark.slow),  # the padding is in tests/workers
     ],
 )
@@ -43,8 +46,9 @@ def test_two_grpo_steps_split_over_two_ranks(tiny_model, layout, prompts, tmp_pa
             ("actor.parallel.context=2", "critic.parallel.context=2", "model.packing=packed"),
             marks=pytest.mark.slow,
         ),
+        ("actor.parallel.pipeline=2", "critic.parallel.pipeline=2", "model.packing=packed"),
     ],
-    ids=["tensor", "ring"],
+    ids=["tensor", "ring", "pipeline"],
 )
 def test_a_split_run_resumes_exactly(tiny_model, prompts, tmp_path, local_ray, split):
     """PPO (actor, reference and critic split) on two ranks: four steps straight and two +

@@ -198,3 +198,70 @@ def test_the_step_plan_prints_each_roles_split(tiny_model, prompts, tmp_path):
     described = make_plan(run_config).describe(run_config)
     assert "actor ranks: 4 rank(s) = data 1 x tensor 2 x sequence 2" in described
     assert "critic ranks: 4 rank(s) = data 2 x tensor 2" in described
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ("resources.devices_per_node=2", "actor.parallel.pipeline=2"),
+            "actor.parallel.pipeline=2 runs packed rows: set model.packing=packed",
+        ),
+        (
+            ("resources.devices_per_node=4", "model.packing=packed", "actor.parallel.pipeline=4"),
+            "actor.parallel.pipeline=4 exceeds the model's 2 layers",
+        ),
+        (
+            ("resources.devices_per_node=2", "model.packing=packed", "actor.parallel.pipeline=3"),
+            "actor.parallel: pipeline x tensor = 3 must divide the 2 training rank(s)",
+        ),
+        (
+            (
+                "resources.devices_per_node=4",
+                "model.packing=packed",
+                "actor.parallel.pipeline=2",
+                "actor.parallel.sequence=2",
+            ),
+            "actor.parallel.pipeline=2 does not combine with actor.parallel.sequence yet",
+        ),
+        (
+            (
+                "resources.devices_per_node=2",
+                "model.packing=packed",
+                "model.lora.rank=4",
+                "actor.parallel.pipeline=2",
+            ),
+            "actor.parallel.pipeline=2 does not take LoRA adapters yet",
+        ),
+    ],
+)
+def test_stages_that_cannot_work_are_refused(tiny_model, prompts, tmp_path, overrides, message):
+    """Pipeline stages need packed rows, a layer per stage, ranks that split into
+    pipeline x tensor, no sequence split (yet) and no LoRA (yet)."""
+    with pytest.raises(ConfigError) as error:
+        plan(tiny_model, prompts, tmp_path, *overrides)
+    assert message in str(error.value)
+
+
+def test_a_tied_head_is_not_cut_into_stages(tiny_tied_model, prompts, tmp_path):
+    with pytest.raises(ConfigError, match=r"ties its head to the embedding"):
+        plan(
+            tiny_tied_model,
+            prompts,
+            tmp_path,
+            "resources.devices_per_node=2",
+            "model.packing=packed",
+            "actor.parallel.pipeline=2",
+        )
+
+
+def test_the_step_plan_prints_the_stages(tiny_model, prompts, tmp_path):
+    overrides = (
+        "resources.devices_per_node=4",
+        "model.packing=packed",
+        "actor.parallel.tensor=2",
+        "actor.parallel.pipeline=2",
+    )
+    run_config = config(tiny_model, prompts, tmp_path / "run", *overrides)
+    described = make_plan(run_config).describe(run_config)
+    assert "actor ranks: 4 rank(s) = data 1 x tensor 2 x pipeline 2" in described

@@ -11,7 +11,10 @@ weights after two steps):
 - context x sequence: a ring of two, Ulysses inside each ring rank's share;
 - context x tp: a ring of two, each ring rank's layers split over two tensor ranks;
 - context 4: a ring of four ranks over a model with two key/value heads (more ranks than
-  Ulysses could take).
+  Ulysses could take);
+- tp x pp: two pipeline stages, each split over two tensor ranks (the stage boundary
+  carries the gathered hidden states);
+- dp x pp: two replicas of two stages, each stage sharded by FSDP over the replicas.
 """
 
 import pytest
@@ -33,6 +36,8 @@ LAYOUTS = {
     "cp_sp": ("dense", PACKED, {"context": 2, "sequence": 2}),
     "cp_tp": ("dense", PACKED, {"context": 2, "tensor": 2}),
     "cp4": ("dense", PACKED, {"context": 4}),
+    "tp_pp": ("dense", PACKED, {"tensor": 2, "pipeline": 2}),
+    "dp_pp": ("dense", PACKED, {"pipeline": 2}),
 }
 
 

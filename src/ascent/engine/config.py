@@ -162,17 +162,30 @@ class ParallelConfig(Strict):
         "ranks (tokens reach them by all-to-all); must divide the ranks outside the tensor "
         "axis and the expert count. 1: every rank holds a shard of every expert.",
     )
+    pipeline: int = Field(
+        1,
+        ge=1,
+        description="Pipeline parallelism: the decoder layers cut into this many consecutive "
+        "stages, one per rank, micro-batches run through them by a 1F1B schedule "
+        "(torch.distributed.pipelining); the last stage scores log-probs or values. "
+        "Combines with tensor (each stage split over the tensor ranks) and data "
+        "parallelism; needs model.packing=packed, an untied head and no LoRA; at most the "
+        "model's layers.",
+    )
 
     @property
     def replica(self) -> int:
-        """Ranks given the same rows: one replica's tensor x sequence x context ranks."""
-        return self.tensor * self.sequence * self.context
+        """Ranks given the same rows: one replica's pipeline x tensor x sequence x context
+        ranks."""
+        return self.pipeline * self.tensor * self.sequence * self.context
 
     def rank_problem(self, world: int, field: str = "parallel") -> str | None:
         """Why these degrees cannot split ``world`` ranks, naming ``field``'s keys (the plan
         checks a role's section before any worker starts; the mesh checks again); None
         when they can."""
         tensor, sequence, expert, context = self.tensor, self.sequence, self.expert, self.context
+        if self.pipeline > 1:
+            return self._pipeline_problem(world, field)
         if world % tensor:
             return f"{field}.tensor={tensor} must divide the {world} training rank(s)"
         rest = world // tensor
@@ -196,6 +209,22 @@ class ParallelConfig(Strict):
             return (
                 f"{field}.sequence={sequence} and {field}.expert={expert}: one must divide the "
                 "other (they share the mesh's inner axes)"
+            )
+        return None
+
+    def _pipeline_problem(self, world: int, field: str) -> str | None:
+        """Stages combine with tensor and data parallelism only (so far)."""
+        for name in ("sequence", "context", "expert"):
+            if getattr(self, name) > 1:
+                return (
+                    f"{field}.pipeline={self.pipeline} does not combine with {field}.{name} "
+                    f"yet: set {field}.{name}=1 (pipeline stages combine with tensor and data "
+                    "parallelism)"
+                )
+        if world % (self.pipeline * self.tensor):
+            return (
+                f"{field}: pipeline x tensor = {self.pipeline * self.tensor} must divide the "
+                f"{world} training rank(s)"
             )
         return None
 

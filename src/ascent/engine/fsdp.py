@@ -24,6 +24,10 @@ With ``parallel.sequence`` = sp > 1, the sp ranks of a replica share its micro-b
 scaled by the replica count D = W / (sp tp), and each rank's gradient by sp (the gradient
 of the gather of every rank's log-probs), so FSDP's average over W / tp is again the step's.
 
+With ``parallel.pipeline`` = pp > 1 the rank holds one stage of the layers
+(``ascent.engine.pipeline``'s ``PipelineEngine``, through ``arrange``), sharded over the
+data-parallel replicas of that stage.
+
 With ``fsdp.param_dtype`` float16 the engine scales the loss (``backward``) and unscales,
 checks and skips in ``step`` (``ascent.engine.loss_scale``): float16's range is too narrow
 for small gradients without it.
@@ -136,8 +140,9 @@ class TrainEngine:
                 model.gradient_checkpointing_enable(
                     gradient_checkpointing_kwargs={"use_reentrant": False}
                 )
-        module.to(device)
         mesh = training_mesh(device.type, parallel)
+        module = self.arrange(module, mesh)
+        module.to(device)
         split_model(module, mesh, tensor_plan)
         options: dict = {"reshard_after_forward": fsdp.reshard_after_forward}
         param_dtype = DTYPES[fsdp.param_dtype] if fsdp.param_dtype else None
@@ -150,6 +155,7 @@ class TrainEngine:
         if fsdp.cpu_offload:
             options["offload_policy"] = CPUOffloadPolicy()
         shard_module(module, mesh, options)
+        self.compute_dtype = param_dtype or torch.float32  # what the layers compute in
         self.mesh = mesh
         self.module = module
         self.optim_config = optim
@@ -172,6 +178,18 @@ class TrainEngine:
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
                 self.optimizer, lambda step: lr_multiplier(step, optim)
             )
+
+    def arrange(self, module: nn.Module, mesh: TrainingMesh) -> nn.Module:
+        """The part of ``module`` this rank trains, before any split: all of it (a pipeline
+        stage in ``ascent.engine.pipeline``)."""
+        if mesh.pp is not None:
+            raise ValueError("parallel.pipeline > 1 needs the PipelineEngine (make_engine)")
+        return module
+
+    def global_name(self, name: str) -> str:
+        """A parameter's name under ``module`` -> its name in the whole model's module (the
+        same here; a pipeline stage renumbers its layers)."""
+        return name
 
     @property
     def token_multiple(self) -> int:

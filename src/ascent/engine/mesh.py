@@ -29,6 +29,11 @@ With ring context parallelism cp > 1 (``ascent.engine.context_parallel``) the me
 (dp, cp, sp, tp): ``cp`` the ring, sp Ulysses inside it, ``sequence`` their product (the
 ranks that split one micro-batch's tokens and gather its results), ``fsdp`` every axis but
 tp; experts are not split over it yet.
+
+With pipeline parallelism pp > 1 (``ascent.engine.pipeline``) the mesh is (dp, pp, tp):
+``pp`` the stages of one replica (consecutive ranks, as the controller hands a replica's
+rows to consecutive ranks; tp inside each stage), ``fsdp`` = ``dp`` the replicas of a stage,
+over which it shards its layers.
 """
 
 from dataclasses import dataclass
@@ -53,6 +58,7 @@ class TrainingMesh:
     expert_shards: DeviceMesh | None = None
     sequence: DeviceMesh | None = None  # ranks splitting a micro-batch (cp x sp; else sp)
     edp: DeviceMesh | None = None  # the ranks sharing an expert shard
+    pp: DeviceMesh | None = None  # the pipeline's stages (None: one stage holds every layer)
 
     @property
     def data_parallel_size(self) -> int:
@@ -73,6 +79,8 @@ def training_mesh(device_type: str, parallel: ParallelConfig = NO_SPLIT) -> Trai
     with_tp = ("tp",) if tensor > 1 else ()
     if parallel.context > 1:
         return _ring_mesh(device_type, parallel, world, with_tp)
+    if parallel.pipeline > 1:
+        return _pipeline_mesh(device_type, parallel, world, with_tp)
     if big == 1:
         names: tuple[str, ...] = ("fsdp",)
         mesh = init_device_mesh(
@@ -131,4 +139,20 @@ def _ring_mesh(
         cp=mesh["cp"],
         sequence=mesh["cp", "sp"]._flatten("cp_sp"),
         tp=mesh["tp"] if with_tp else None,
+    )
+
+
+def _pipeline_mesh(
+    device_type: str, parallel: ParallelConfig, world: int, with_tp: tuple[str, ...]
+) -> TrainingMesh:
+    """(dp, pp[, tp]) for pipeline parallelism (module docstring)."""
+    stages = parallel.pipeline
+    shape = (world // (stages * parallel.tensor), stages, parallel.tensor)[: 2 + len(with_tp)]
+    mesh = init_device_mesh(device_type, shape, mesh_dim_names=("dp", "pp", *with_tp))
+    return TrainingMesh(
+        fsdp=mesh["dp"],
+        dp=mesh["dp"],
+        pp=mesh["pp"],
+        tp=mesh["tp"] if with_tp else None,
+        expert_shards=mesh["dp", "tp"]._flatten("dp_tp") if with_tp else None,
     )

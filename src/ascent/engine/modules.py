@@ -47,6 +47,37 @@ def embedded(model: nn.Module, extra_inputs: Any, input_ids: Tensor, inputs: dic
     return extra_inputs.embed(model, input_ids, inputs)
 
 
+def score_targets(
+    lm: nn.Module,
+    hidden: Tensor,
+    targets: Tensor,
+    temperature: float,
+    chunk_tokens: int,
+    compute_entropy: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """log p(target) and the entropy (M,) float32 of the final hidden states (M, H) under
+    ``lm``'s output head, in chunks of ``chunk_tokens`` (logits / temperature, soft-capped
+    first where the model caps them); a head split by vocabulary over tensor ranks is
+    scored split. Called inside the forward of the module owning the head (FSDP2 gathers
+    its weight there)."""
+    head = lm.get_output_embeddings()
+    score = (  # tensor parallelism: each rank holds rows of the vocabulary
+        token_log_probs_and_entropy_from_hidden
+        if vocabulary_split(head.weight) is None
+        else vocab_parallel_log_probs_and_entropy
+    )
+    return score(
+        hidden,
+        head.weight,
+        targets,
+        bias=head.bias,
+        temperature=temperature,
+        chunk_tokens=chunk_tokens,
+        compute_entropy=compute_entropy,
+        softcap=logit_softcap(lm),
+    )
+
+
 class PolicyModule(nn.Module):
     """Per-token log-probs and entropy of target tokens, from a causal LM.
 
@@ -86,21 +117,8 @@ class PolicyModule(nn.Module):
         hidden = self.query_hidden(
             input_ids, position_ids, query_index, attention_mask, model_inputs
         )
-        head = lm.get_output_embeddings()
-        score = (  # tensor parallelism: each rank holds rows of the vocabulary
-            token_log_probs_and_entropy_from_hidden
-            if vocabulary_split(head.weight) is None
-            else vocab_parallel_log_probs_and_entropy
-        )
-        log_probs, entropy = score(
-            hidden,
-            head.weight,
-            targets,
-            bias=head.bias,
-            temperature=temperature,
-            chunk_tokens=self.chunk_tokens,
-            compute_entropy=compute_entropy,
-            softcap=logit_softcap(lm),
+        log_probs, entropy = score_targets(
+            lm, hidden, targets, temperature, self.chunk_tokens, compute_entropy
         )
         # Fresh tensors, not views: FSDP2 warns that in-place ops on a view output would
         # bypass its backward hooks.

@@ -64,8 +64,15 @@ class PackedSequences:
         so it attends only to itself); padded rows (B, L) gain masked columns, and the query
         indices into the flattened (B, L) move to (B, L'). Queries, targets and ``unpack``
         are unchanged."""
+        length = self.input_ids.shape[1]
+        return self.padded_to(length - length % -multiple)
+
+    def padded_to(self, total: int) -> "PackedSequences":
+        """This layout with ``total`` positions on its token axis (``with_filler``)."""
         rows, length = self.input_ids.shape
-        extra = -length % multiple
+        extra = total - length
+        if extra < 0:
+            raise ValueError(f"cannot pad {length} laid-out tokens to {total}")
         if extra == 0:
             return self
         ids = self.input_ids

@@ -1,26 +1,28 @@
-"""Pipeline stages of a transformers causal LM: the first step of pipeline parallelism
-(issue 53; the schedule's wiring into the roles comes next).
+"""Pipeline stages of a transformers model: stage s of S keeps its consecutive share of
+the decoder layers and runs them through the model's own decoder forward, so every
+family's masks, rotary positions and embedding scale come from transformers as unsplit.
 
-Stage s of S keeps its consecutive share of the decoder layers and runs them through the
-model's own forward, so every family's masks, rotary positions and embedding scale come
-from transformers as they do unsplit:
+The stage keeps the model object (``self.model``, as ``PolicyModule`` and ``ValueModule``
+do, so FSDP, the tensor plan, checkpoints and the weight refresh find it under the same
+names), cut in place:
 
 - its decoder stack (``model.base_model``) keeps layers [lo, hi) (``layer_ranges``), with
   ``num_hidden_layers`` and ``layer_types`` sliced to match (a config of its own);
 - the first stage embeds the ids; the others take the previous stage's hidden states as
-  ``inputs_embeds``;
-- the last stage applies the final norm and scores each position's target token with the
-  chunked log-prob head (inside its own forward, where FSDP gathers the head's weight);
-  the others pass (hidden states, positions, targets) on.
+  ``inputs_embeds`` (``embed_tokens`` is dropped);
+- the last stage applies the final norm and its head: the log-prob head (chunked, over the
+  whole vocabulary or a tensor rank's rows of it: ``score_targets``) for a causal LM, the
+  value head (``score``) for a critic; the others keep no norm and no head, and pass
+  (hidden states, positions, targets) on.
 
 Positions and targets travel with the hidden states, so every stage sees the packed rows'
 positions (rows never attend across) and the last stage the tokens to score: (1, T) each,
-T fixed for a schedule (``torch.distributed.pipelining`` infers the shapes once). A target
-below 0 marks a position with nothing to score; its log-prob is 0.
+T fixed for one schedule run (``ascent.engine.pipeline`` pads every micro-batch to it). A
+target below 0 marks a position with nothing to score; its log-prob is 0.
 
-Layers keep their global index in ``global_name``: checkpoints and the weight refresh use
-the unsplit model's names. A head tied to the embedding is refused: the two would live on
-different stages.
+Layers keep their global index through ``global_name``: checkpoints and the weight refresh
+use the unsplit model's names. A head tied to the embedding is refused: the two would live
+on different stages.
 """
 
 import copy
@@ -28,8 +30,7 @@ import copy
 import torch
 from torch import Tensor, nn
 
-from ascent.algos.logprobs_hidden import token_log_probs_and_entropy_from_hidden
-from ascent.engine.modules import logit_softcap, unwrap
+from ascent.engine.modules import score_targets, unwrap
 
 
 def layer_ranges(layers: int, stages: int) -> list[range]:
@@ -44,16 +45,17 @@ def layer_ranges(layers: int, stages: int) -> list[range]:
 
 class PipelineStageModule(nn.Module):
     """Stage ``stage`` of ``stages`` of ``model`` (module docstring). forward(x, positions,
-    targets) -> (hidden, positions, targets) on all but the last stage; log-probs (T,) and
-    entropy (T,) (float32, 0 where the target is below 0) on the last."""
+    targets) -> (hidden, positions, targets) on all but the last stage; on the last, the
+    log-probs (T,) and entropy (T,) of ``targets`` at ``temperature`` (float32, 0 where the
+    target is below 0), or with ``values=True`` the values (T,) float32."""
 
     def __init__(
         self,
         model: nn.Module,
         stage: int,
         stages: int,
-        temperature: float = 1.0,
         chunk_tokens: int = 1024,
+        values: bool = False,
     ) -> None:
         super().__init__()
         lm = unwrap(model)
@@ -75,34 +77,43 @@ class PipelineStageModule(nn.Module):
             stack.embed_tokens = None
         if not self.last:
             stack.norm = nn.Identity()
-        self.stack, self.kept = stack, kept
-        self.head = lm.get_output_embeddings() if self.last else None
-        self.softcap = logit_softcap(lm)
-        self.temperature, self.chunk_tokens = temperature, chunk_tokens
+            for name, child in list(lm.named_children()):  # the head: lm_head, or score
+                if child is not stack and any(True for _ in child.parameters()):
+                    setattr(lm, name, None)
+        self.model, self.kept = model, kept
+        self.layers_prefix = _prefix_of(self, stack.layers)
+        self.values, self.chunk_tokens = values, chunk_tokens
+        self.temperature = 1.0  # set by the engine before a run (the rollout's)
 
     def global_name(self, name: str) -> str:
-        """A parameter's name under this stage's stack -> its name in the unsplit stack."""
-        if name.startswith("layers."):
-            local, rest = name[len("layers.") :].split(".", 1)
-            return f"layers.{self.kept[int(local)]}.{rest}"
-        return name
+        """A parameter's name under this stage module -> its name in the unsplit module
+        (a ``PolicyModule`` or ``ValueModule`` of the whole model)."""
+        head = self.layers_prefix + "."
+        if not name.startswith(head):
+            return name
+        local, rest = name[len(head) :].split(".", 1)
+        return f"{head}{self.kept[int(local)]}.{rest}"
 
     def forward(self, x: Tensor, positions: Tensor, targets: Tensor) -> tuple[Tensor, ...]:
+        lm = unwrap(self.model)
         inputs = {"input_ids": x} if self.first else {"inputs_embeds": x}
-        hidden = self.stack(position_ids=positions, use_cache=False, **inputs).last_hidden_state
+        hidden = lm.base_model(position_ids=positions, use_cache=False, **inputs).last_hidden_state
         if not self.last:
             return hidden, positions, targets
+        if self.values:
+            return (lm.score(lm.dropout(hidden))[0, :, 0].float().clone(),)
         scored = targets[0] >= 0
-        # The schedule infers shapes from uninitialised buffers: clamp what is not scored.
-        safe = targets[0].clamp(0, self.head.weight.shape[0] - 1)
-        log_probs, entropy = token_log_probs_and_entropy_from_hidden(
-            hidden[0],
-            self.head.weight,
-            safe,
-            bias=self.head.bias,
-            temperature=self.temperature,
-            chunk_tokens=self.chunk_tokens,
-            softcap=self.softcap,
-        )
+        # Positions with no target score token 0 (their results are zeroed); the schedule's
+        # shape inference runs on uninitialised buffers, whatever they hold.
+        safe = targets[0].clamp(0, lm.get_output_embeddings().weight.shape[0] - 1)
+        log_probs, entropy = score_targets(lm, hidden[0], safe, self.temperature, self.chunk_tokens)
         zero = torch.zeros_like(log_probs)
         return torch.where(scored, log_probs, zero), torch.where(scored, entropy, zero)
+
+
+def _prefix_of(root: nn.Module, target: nn.Module) -> str:
+    """The qualified name of ``target`` under ``root``."""
+    for name, module in root.named_modules():
+        if module is target:
+            return name
+    raise ValueError("the decoder layers are not under the stage module")

@@ -49,11 +49,23 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, family_plan: TensorPlan) -> 
     # reference) must stay frozen.
     frozen = {name for name, param in lm.named_parameters() if not param.requires_grad}
     for name, styles in plan.items():
+        if not _holds(stack, name):
+            continue  # a pipeline stage without it (the embedding lives on the first)
         for style in styles if isinstance(styles, tuple) else (styles,):
             apply_style(stack.get_submodule(name), mesh, style)
     _split_head(lm, mesh)
     for name, param in lm.named_parameters():
         param.requires_grad_(name not in frozen)
+
+
+def _holds(stack: nn.Module, name: str) -> bool:
+    """Whether ``stack`` has a module at ``name`` (a pipeline stage drops the embedding
+    of the later stages; their final norm is an identity, still gathered to the next)."""
+    try:
+        stack.get_submodule(name)
+    except AttributeError:
+        return False
+    return True
 
 
 def gathered_output() -> ParallelStyle:
@@ -67,7 +79,8 @@ def _split_head(lm: nn.Module, mesh: DeviceMesh) -> None:
     head, embedding = lm.get_output_embeddings(), lm.get_input_embeddings()
     if head is None:
         return  # a score head (critic, reward model): replicated, it reads gathered tokens
-    if head.weight is embedding.weight or getattr(lm.config, "tie_word_embeddings", False):
+    tied = embedding is not None and head.weight is embedding.weight
+    if tied or getattr(lm.config, "tie_word_embeddings", False):
         head.weight = embedding.weight  # the embedding's split parameter, tied again
         return
     # Its weight is split by vocabulary rows; its forward never runs (PolicyModule scores

@@ -31,14 +31,14 @@ def iter_full_weights(
 ) -> Iterator[tuple[str, Tensor]]:
     """(name, full tensor) for every parameter of ``model`` (LoRA merged in), or for the
     ``names`` given (the others are not gathered)."""
-    for name, _, gather in _weights(model):
+    for name, _, gather in weight_gathers(model):
         if names is None or name in names:
             yield name, gather()
 
 
 def weight_layout(model: nn.Module) -> list[tuple[str, int]]:
     """(name, bytes of the full tensor) in iteration order, without gathering."""
-    return [(name, nbytes) for name, nbytes, _ in _weights(model)]
+    return [(name, nbytes) for name, nbytes, _ in weight_gathers(model)]
 
 
 def buckets(layout: list[tuple[str, int]], bucket_bytes: int) -> list[list[str]]:
@@ -54,7 +54,9 @@ def buckets(layout: list[tuple[str, int]], bucket_bytes: int) -> list[list[str]]
     return groups
 
 
-def _weights(model: nn.Module) -> Iterator[tuple[str, int, Gather]]:
+def weight_gathers(model: nn.Module) -> Iterator[tuple[str, int, Gather]]:
+    """(name, bytes of the full tensor, how to gather it) of every weight, in order; the
+    gathers are collectives over the ranks sharding it."""
     base = unwrap(model)
     lora_modules = dict(_lora_layers(base))
     seen: set[int] = set()

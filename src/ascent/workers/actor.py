@@ -95,6 +95,8 @@ class ActorWorker(EngineCheckpoints, Worker):
             norm_length=cfg.max_response_length or response_length(batch),
             dp_size=self.ctx.dp_size,
             padded=not self.packed,
+            scored_loss=self._objective,
+            temperature=cfg.temperature,
         )
 
     def _forward(self, micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,6 +120,24 @@ class ActorWorker(EngineCheckpoints, Worker):
         student_top = None
         if targets is not None:
             log_probs, student_top = log_probs[..., 0], log_probs[..., 1:]
+        loss, metrics = self._objective(micro, (log_probs, entropy), normalizer, student_top)
+        mask = micro["response_mask"]
+        share = float(mask.sum()) * normalizer.dp_size / max(normalizer.num_tokens, 1.0)
+        balance, routing_metrics = self.routing.terms(layout, routed, share)
+        loss = loss if balance is None else loss + balance
+        return loss, metrics | routing_metrics
+
+    def _objective(
+        self,
+        micro: Batch,
+        scored: tuple[torch.Tensor, torch.Tensor],
+        normalizer: LossNormalizer,
+        student_top: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict]:
+        """The micro-batch's share of the actor's loss from its log-probs and entropy
+        ``scored`` (B, R) (and the student's log-probs of the teacher's top-k tokens)."""
+        cfg, device = self.config, self.device
+        log_probs, entropy = scored
         mask = micro["response_mask"].to(device)
         old = micro["old_log_probs"].to(device) if "old_log_probs" in micro else log_probs.detach()
         behaviour = micro["rollout_log_probs"].to(device) if "rollout_log_probs" in micro else None
@@ -162,11 +182,7 @@ class ActorWorker(EngineCheckpoints, Worker):
             kl_estimator=cfg.kl_estimator,
             terms=distillation_terms(cfg.distill, micro, log_probs, student_top, mask),
         )
-        loss, metrics = objective.loss, metrics | objective.metrics
-        share = float(mask.sum()) * normalizer.dp_size / max(normalizer.num_tokens, 1.0)
-        balance, routing_metrics = self.routing.terms(layout, routed, share)
-        loss = loss if balance is None else loss + balance
-        return loss, metrics | routing_metrics
+        return objective.loss, metrics | objective.metrics
 
     @register(Dispatch.RANK_ZERO)
     def weight_bucket_count(self, bucket_bytes: int) -> int:

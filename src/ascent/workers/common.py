@@ -23,6 +23,7 @@ from ascent.engine.fsdp import TrainEngine
 from ascent.engine.mesh import TrainingMesh
 from ascent.engine.modules import PolicyModule, unwrap
 from ascent.engine.packing import PackedSequences, pack_for_responses
+from ascent.engine.pipeline import PipelineEngine, make_engine
 from ascent.engine.sequence_shard import SequenceShard
 from ascent.engine.state import load_engine, save_engine
 from ascent.engine.tensor_parallel import TensorPlan
@@ -35,6 +36,8 @@ from ascent.models.lora import apply_lora
 from ascent.vision.prompts import vision_tower
 from ascent.workers.config import MicroBatching
 from ascent.workers.metrics import MetricAccumulator
+from ascent.workers.mini_batches import normalized_mini_batches
+from ascent.workers.pipeline_passes import ScoredLoss, pipeline_outputs, pipeline_train
 
 
 def require(batch: Batch, role: str, *names: str) -> None:
@@ -226,7 +229,7 @@ def trainable_policy_engine(
     ``settings.optim``."""
     model_cfg = settings.model
     module = policy_module(model_cfg, settings.chunk_tokens)
-    return TrainEngine(
+    return make_engine(
         module,
         device=device,
         fsdp=settings.fsdp,
@@ -255,6 +258,10 @@ def response_log_probs(
     module, in eval mode, over micro-batches of ``settings.tokens_per_micro_batch`` tokens,
     at the rollout's ``settings.temperature``; ``forward(micro)``: the role's own pass
     (default: ``policy_forward``)."""
+    if isinstance(engine, PipelineEngine):
+        budget, temperature = settings.tokens_per_micro_batch, settings.temperature
+        log_probs, entropy = pipeline_outputs(engine, batch, budget, temperature)
+        return log_probs, entropy
     engine.train(False)
     log_probs, entropy = micro_batched(
         forward
@@ -308,36 +315,34 @@ def train(
     dp_size: int,
     mask_key: str = "response_mask",
     padded: bool = False,
+    scored_loss: ScoredLoss | None = None,
+    temperature: float = 1.0,
 ) -> dict[str, float]:
     """Epochs x mini-batches (one optimiser step each) x token-budget micro-batches.
 
     Each mini-batch's loss denominators are counted over all ``dp_size`` data-parallel
-    replicas first (the tokens of ``mask_key`` and the sequences with at least one), so
-    that the micro-batch losses ``micro_loss(micro, normaliser)`` add up to the mini-batch
-    loss whatever the micro-batching and the number of replicas. Returns ``role/*``
-    metrics, averaged over steps and ranks (the same on every rank).
+    replicas first (``normalized_mini_batches``), so that the micro-batch losses
+    ``micro_loss(micro, normaliser)`` add up to the mini-batch loss whatever the
+    micro-batching and the number of replicas. On a pipeline engine the micro-batches run
+    through the stages together, and the last stage computes ``scored_loss(micro, its
+    outputs, normaliser)`` (``ascent.workers.pipeline_passes``; at ``temperature``).
+    Returns ``role/*`` metrics, averaged over steps and ranks (the same on every rank).
     """
-    if len(batch) % settings.mini_batches:
-        raise ValueError(
-            f"{role}.update: {len(batch)} rows on this rank do not split into "
-            f"mini_batches={settings.mini_batches}; make the batch a multiple"
-        )
+    loops = {"role": role, "norm_length": norm_length, "dp_size": dp_size, "mask_key": mask_key}
+    if isinstance(engine, PipelineEngine):
+        if scored_loss is None:
+            raise ValueError(f"{role} does not run in pipeline stages yet")
+        return pipeline_train(engine, batch, settings, scored_loss, temperature, **loops)
     engine.train(True)
     metrics = MetricAccumulator(role)
-    for _ in range(settings.epochs):
-        for mini in batch.split(settings.mini_batches):
-            mask = mini[mask_key].bool()
-            tokens, sequences = engine.all_reduce_sum(
-                [float(mask.sum()), float(mask.any(dim=-1).sum())]
-            )
-            normalizer = LossNormalizer(tokens, sequences, norm_length, dp_size=dp_size)
-            budget = settings.tokens_per_micro_batch
-            plan = synchronized_micro_batches(token_counts(mini), budget, engine.device, padded)
-            for rows in plan:
-                loss, micro_metrics = micro_loss(mini.index(rows), normalizer)
-                engine.backward(loss)
-                metrics.add_micro(micro_metrics)
-            metrics.end_mini_batch(**engine.step().metrics())
+    for mini, normalizer in normalized_mini_batches(engine, batch, settings, **loops):
+        budget = settings.tokens_per_micro_batch
+        plan = synchronized_micro_batches(token_counts(mini), budget, engine.device, padded)
+        for rows in plan:
+            loss, micro_metrics = micro_loss(mini.index(rows), normalizer)
+            engine.backward(loss)
+            metrics.add_micro(micro_metrics)
+        metrics.end_mini_batch(**engine.step().metrics())
     return metrics.result(engine.device)
 
 

@@ -14,9 +14,27 @@ def parallel_field() -> Any:
     return Field(
         ParallelConfig(),
         description="How the role's ranks split the model and its micro-batches: tensor, "
-        "sequence (Ulysses) and expert parallelism (ParallelConfig); data parallelism is "
-        "the rest.",
+        "sequence (Ulysses), context (ring), expert and pipeline parallelism "
+        "(ParallelConfig); data parallelism is the rest.",
     )
+
+
+def pipeline_problem(role: str, model: ModelConfig, parallel: ParallelConfig) -> str | None:
+    """Why ``role`` cannot run its model in pipeline stages, None when it can (or has none):
+    stages take packed rows and whole weights (no LoRA adapters yet)."""
+    if parallel.pipeline == 1:
+        return None
+    field = f"{role}.parallel.pipeline={parallel.pipeline}"
+    if not model.packed:
+        return f"{field} runs packed micro-batches: set {role}.model.packing=packed"
+    if model.lora is not None:
+        return f"{field} does not take LoRA adapters yet: drop model.lora, or set it to 1"
+    return None
+
+
+def _refuse(problem: str | None) -> None:
+    if problem is not None:
+        raise ValueError(problem)
 
 
 class PolicyLossSettings(Strict):
@@ -146,6 +164,24 @@ class ActorConfig(MicroBatching):
         None, description="Distillation loss terms (DistillLossSettings); None: none."
     )
 
+    @model_validator(mode="after")
+    def _stages_can_train(self) -> "ActorConfig":
+        _refuse(pipeline_problem("actor", self.model, self.parallel))
+        if self.parallel.pipeline == 1:
+            return self
+        top_k = self.distill is not None and self.distill.forward_kl_top_k_coef > 0
+        for needed, what in (
+            (top_k, "distill.forward_kl_top_k_coef (top-k targets)"),
+            (self.router_replay != "off", "router_replay"),
+            (self.router_aux_loss_coef > 0, "router_aux_loss_coef"),
+        ):
+            if needed:
+                raise ValueError(
+                    f"actor.parallel.pipeline={self.parallel.pipeline} does not take {what} "
+                    "yet: turn it off, or set parallel.pipeline=1"
+                )
+        return self
+
 
 class ReferenceConfig(Strict):
     """The frozen reference policy (for the KL term)."""
@@ -156,6 +192,11 @@ class ReferenceConfig(Strict):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of the rollout.")
     chunk_tokens: int = Field(1024, ge=1, description="Tokens per log-prob chunk.")
     parallel: ParallelConfig = parallel_field()
+
+    @model_validator(mode="after")
+    def _stages_can_score(self) -> "ReferenceConfig":
+        _refuse(pipeline_problem("reference", self.model, self.parallel))
+        return self
 
 
 class TeacherConfig(Strict):
@@ -183,6 +224,11 @@ class CriticConfig(MicroBatching):
     value_clip: float | None = Field(0.5, gt=0, description="Clip range around old values.")
     aggregation: AggregationMode = Field("token-mean", description="Loss aggregation mode.")
     parallel: ParallelConfig = parallel_field()
+
+    @model_validator(mode="after")
+    def _stages_can_train(self) -> "CriticConfig":
+        _refuse(pipeline_problem("critic", self.model, self.parallel))
+        return self
 
 
 class ImplicitPRMConfig(MicroBatching):

@@ -5,7 +5,8 @@ import torch
 from ascent.algos import LossNormalizer, aggregate, value_loss
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
-from ascent.engine import TrainEngine, ValueModule
+from ascent.engine import ValueModule
+from ascent.engine.pipeline import PipelineEngine, make_engine
 from ascent.models.loading import load_value_model
 from ascent.models.lora import apply_lora
 from ascent.workers.common import (
@@ -21,6 +22,7 @@ from ascent.workers.common import (
     value_forward,
 )
 from ascent.workers.config import CriticConfig
+from ascent.workers.pipeline_passes import pipeline_outputs
 
 TOKENS = ("input_ids", "attention_mask", "responses")
 
@@ -42,7 +44,7 @@ class CriticWorker(EngineCheckpoints, Worker):
         if model_cfg.lora is not None:  # the fresh value head trains whole, beside the adapters
             model = apply_lora(model, model_cfg.lora, train_heads=True)
         module = ValueModule(model, extra_inputs=extra)
-        self.engine = TrainEngine(
+        self.engine = make_engine(
             module,
             device=self.device,
             fsdp=self.config.fsdp,
@@ -55,6 +57,10 @@ class CriticWorker(EngineCheckpoints, Worker):
     @register(Dispatch.DP)
     def values(self, batch: Batch) -> Batch:
         require(batch, "critic", *TOKENS)
+        if isinstance(self.engine, PipelineEngine):
+            budget = self.config.tokens_per_micro_batch
+            (values,) = pipeline_outputs(self.engine, batch, budget)
+            return Batch.from_dict({"values": values})
         self.engine.train(False)
         (values,) = micro_batched(
             lambda micro: (value_forward(self.engine, micro, self.device, self.packed),),
@@ -81,12 +87,20 @@ class CriticWorker(EngineCheckpoints, Worker):
             norm_length=response_length(batch),
             dp_size=self.ctx.dp_size,
             padded=not self.packed,
+            scored_loss=self._objective,
         )
 
     def _micro_loss(self, micro: Batch, normalizer: LossNormalizer) -> tuple[torch.Tensor, dict]:
+        values = value_forward(self.engine, micro, self.device, self.packed)
+        return self._objective(micro, (values,), normalizer)
+
+    def _objective(
+        self, micro: Batch, scored: tuple[torch.Tensor], normalizer: LossNormalizer
+    ) -> tuple[torch.Tensor, dict]:
+        """The micro-batch's share of the value loss from its values ``scored`` (B, R)."""
         mask = micro["response_mask"].to(self.device)
         terms = value_loss(
-            value_forward(self.engine, micro, self.device, self.packed),
+            scored[0],
             micro["values"].to(self.device),
             micro["returns"].to(self.device),
             mask,

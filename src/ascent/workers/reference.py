@@ -2,7 +2,7 @@
 
 from ascent.batch import Batch
 from ascent.controller import Dispatch, Worker, register
-from ascent.engine import TrainEngine
+from ascent.engine.pipeline import make_engine
 from ascent.workers.common import (
     check_replicas,
     policy_module,
@@ -23,7 +23,7 @@ class ReferenceWorker(Worker):
         self.packed = self.config.model.packed
         module = policy_module(self.config.model, self.config.chunk_tokens)
         module.requires_grad_(False)
-        self.engine = TrainEngine(
+        self.engine = make_engine(
             module,
             device=self.device,
             fsdp=self.config.fsdp,

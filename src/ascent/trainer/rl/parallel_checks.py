@@ -41,14 +41,19 @@ def check_parallel(config: RLConfig, needs: Needs) -> None:
         if checkpoint is None:
             continue  # the model's own loading names the missing checkpoint
         check_experts(f"{role}.parallel.expert", parallel.expert, checkpoint, model.path)
-        for name, size in (("sequence", parallel.sequence), ("context", parallel.context)):
+        split_rows = (("sequence", parallel.sequence), ("context", parallel.context))
+        for name, size in (*split_rows, ("pipeline", parallel.pipeline)):
             if size > 1 and not model.packed:
                 raise ConfigError(
-                    f"{role}.parallel.{name}={size} splits packed rows: set "
+                    f"{role}.parallel.{name}={size} {'runs' if name == 'pipeline' else 'splits'}"
+                    " packed rows: set "
                     f"model.packing=packed (with attn_implementation="
                     f"{model.attn_implementation} the rows stay padded)"
                 )
         check_heads(f"{role}.parallel", parallel, checkpoint)
+        if parallel.pipeline > 1:
+            field = f"{role}.parallel.pipeline={parallel.pipeline}"
+            check_stages(field, parallel.pipeline, model, checkpoint)
         if parallel.tensor > 1:
             check_tensor_split(f"{role}.parallel.tensor={parallel.tensor}", parallel, checkpoint)
 
@@ -96,6 +101,24 @@ def check_heads(field: str, parallel: ParallelConfig, checkpoint: dict) -> None:
         )
 
 
+def check_stages(field: str, stages: int, model: ModelConfig, checkpoint: dict) -> None:
+    """A stage per rank needs a layer at least, an untied head (it lives on the last stage,
+    the embedding on the first), a text model and no LoRA adapters (not yet)."""
+    text = checkpoint.get("text_config", checkpoint)
+    layers = text.get("num_hidden_layers", 0)
+    if "vision_config" in checkpoint:
+        raise ConfigError(f"{field}: vision-language models are not cut into stages yet")
+    if layers and stages > layers:
+        raise ConfigError(f"{field} exceeds the model's {layers} layers ({model.path})")
+    if text.get("tie_word_embeddings", checkpoint.get("tie_word_embeddings", False)):
+        raise ConfigError(
+            f"{field}: {model.path} ties its head to the embedding, which would live on "
+            "different stages; untie them in the checkpoint, or set it to 1"
+        )
+    if model.lora is not None:
+        raise ConfigError(f"{field} does not take LoRA adapters yet: drop model.lora")
+
+
 def check_tensor_split(field: str, parallel: ParallelConfig, checkpoint: dict) -> None:
     refusal = tensor_parallel_refusal(checkpoint)
     if refusal is not None:
@@ -109,9 +132,9 @@ def check_tensor_split(field: str, parallel: ParallelConfig, checkpoint: dict) -
 def describe_parallel(role: str, parallel: ParallelConfig, world: int) -> str:
     """``role: 8 rank(s) = data 2 x tensor 2 x context 2 (experts over 2)``: the plan's
     line."""
-    data = world // parallel.replica
+    data = world // parallel.replica  # pipeline stages hold the same rows too
     axes = (("tensor", parallel.tensor), ("sequence", parallel.sequence))
-    axes += (("context", parallel.context),)
+    axes += (("context", parallel.context), ("pipeline", parallel.pipeline))
     parts = [f"data {data}"] + [f"{name} {size}" for name, size in axes if size > 1]
     experts = f" (experts over {parallel.expert})" if parallel.expert > 1 else ""
     return f"  {role}: {world} rank(s) = {' x '.join(parts)}{experts}"

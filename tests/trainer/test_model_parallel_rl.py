@@ -46,7 +46,10 @@ def test_two_grpo_steps_split_over_two_ranks(tiny_model, layout, prompts, tmp_pa
             ("actor.parallel.context=2", "critic.parallel.context=2", "model.packing=packed"),
             marks=pytest.mark.slow,
         ),
-        ("actor.parallel.pipeline=2", "critic.parallel.pipeline=2", "model.packing=packed"),
+        pytest.param(
+            ("actor.parallel.pipeline=2", "critic.parallel.pipeline=2", "model.packing=packed"),
+            marks=pytest.mark.slow,  # the stages' checkpoints: tests/workers too
+        ),
     ],
     ids=["tensor", "ring", "pipeline"],
 )

@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) $(AGENTS_CONSTRAINTS)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and pinned: an unpinned torch would pull the CUDA build (gigabytes).
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) torch
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -c $(AGENTS_CONSTRAINTS) -e ".[dev,tracking,agents]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -c $(AGENTS_CONSTRAINTS) -e ".[dev,tracking,agents,tinker]"
 	touch $(STAMP)
 
 quickstart: $(STAMP)

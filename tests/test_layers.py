@@ -21,7 +21,7 @@ LAYERS = [
     ["agents", "serve"],  # on top of generation (episodes are scored by rewards)
     ["gateway"],  # outside agents: serve's routes per episode, calls recorded as samples
     ["workers"],  # the RL roles, the rollout role among them
-    ["trainer"],
+    ["trainer", "service"],
     ["quickstart", "doctor", "configdoc", "report"],  # report: reads run directories only
     ["cli"],
     ["__main__"],

@@ -96,6 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
     serve.add_argument("--seed", type=int, help="seed of requests that bring none")
     serve.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
+    service = commands.add_parser(
+        "service", help="the Tinker API (training and its clients) over a base checkpoint"
+    )
+    service.add_argument("model_dir", help="the base model's transformers checkpoint")
+    service.add_argument("--name", help="the base model's name for clients (default: its own)")
+    service.add_argument("--root", default="tinker-service", help="where checkpoints go")
+    service.add_argument("--host", default="127.0.0.1")
+    service.add_argument("--port", type=int, default=8000)
+    service.add_argument("--tokens-per-micro-batch", type=int, default=8192)
     report = commands.add_parser(
         "report", help="an HTML page of a run's curves, sample generations and config"
     )
@@ -148,6 +157,17 @@ def _run(args: argparse.Namespace) -> int:
             request_timeout_s=args.request_timeout,
             api_key=args.api_key,
             admin_token=args.admin_token,
+        )
+    if args.command == "service":
+        from ascent.service.main import run_service
+
+        return run_service(
+            args.model_dir,
+            name=args.name,
+            root=args.root,
+            host=args.host,
+            port=args.port,
+            tokens_per_micro_batch=args.tokens_per_micro_batch,
         )
     if args.command == "report":
         from ascent.report import write_report

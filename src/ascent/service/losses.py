@@ -1,0 +1,61 @@
+"""The Tinker API's built-in losses, per datum, summed (never averaged: the client weighs
+its examples itself, e.g. weights that sum to 1 per example for a mean).
+
+For a datum of N positions, lp_i = log p(target_i | tokens before and at i) under the
+trained model, and the loss inputs (N,) each:
+
+    cross_entropy         L = - sum_i w_i lp_i                 (inputs target_tokens, weights)
+    importance_sampling   L = - sum_i exp(lp_i - q_i) A_i      (target_tokens, logprobs q,
+                                                                advantages A)
+    ppo                   L = - sum_i min(r_i A_i, clip(r_i, lo, hi) A_i), r_i = exp(lp_i - q_i),
+                          lo, hi: loss_fn_config clip_low_threshold (0.8), clip_high_threshold
+                          (1.2)
+
+Each reports ``loss:sum`` (the client sums it over the chunks of one call).
+"""
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from ascent.service.wire import WireError
+
+# (log-probs (N,), loss inputs, config) -> the datum's loss (a scalar)
+Loss = Callable[[Tensor, dict[str, Tensor], dict], Tensor]
+
+
+def cross_entropy(log_probs: Tensor, inputs: dict[str, Tensor], config: dict) -> Tensor:
+    weights = inputs.get("weights")
+    weights = torch.ones_like(log_probs) if weights is None else weights
+    return -(log_probs * weights).sum()
+
+
+def importance_sampling(log_probs: Tensor, inputs: dict[str, Tensor], config: dict) -> Tensor:
+    ratio = torch.exp(log_probs - inputs["logprobs"])
+    return -(ratio * inputs["advantages"]).sum()
+
+
+def ppo(log_probs: Tensor, inputs: dict[str, Tensor], config: dict) -> Tensor:
+    ratio = torch.exp(log_probs - inputs["logprobs"])
+    low = float(config.get("clip_low_threshold", 0.8))
+    high = float(config.get("clip_high_threshold", 1.2))
+    advantages = inputs["advantages"]
+    return -torch.minimum(ratio * advantages, ratio.clamp(low, high) * advantages).sum()
+
+
+LOSSES: dict[str, tuple[Loss, tuple[str, ...]]] = {
+    "cross_entropy": (cross_entropy, ("target_tokens",)),
+    "importance_sampling": (importance_sampling, ("target_tokens", "logprobs", "advantages")),
+    "ppo": (ppo, ("target_tokens", "logprobs", "advantages")),
+}
+
+
+def loss_of(name: str) -> tuple[Loss, tuple[str, ...]]:
+    """The loss ``name`` and the inputs it needs; ``WireError`` for one not served."""
+    if name not in LOSSES:
+        raise WireError(
+            f"loss_fn {name!r} is not served; use one of {sorted(LOSSES)} (e.g. the cookbook's "
+            "rl_loop with loss_fn=importance_sampling)"
+        )
+    return LOSSES[name]

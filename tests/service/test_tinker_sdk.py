@@ -1,0 +1,143 @@
+"""The official ``tinker`` SDK against ``ascent service`` (a real server process, the tiny
+model): a supervised loop lowers its loss; the log-probs it gets back are ascent's own
+(PolicyModule on the same tokens); the losses are the documented sums; saved state comes back
+into a new training client, also after the server restarts; two clients keep their own
+weights; bad input gets the SDK's errors, at once."""
+
+import math
+
+import pytest
+import torch
+
+from ascent.engine.modules import PolicyModule
+from ascent.models import load_causal_lm
+from tests.servers import ascent_service
+
+tinker = pytest.importorskip("tinker")
+types = tinker.types
+pytestmark = pytest.mark.integration
+BASE = "tiny-base"
+TOKENS = [5, 17, 42, 99, 7, 13, 21, 8, 64, 3]
+
+
+def datum(tokens=TOKENS, **inputs):
+    inputs = {"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)} | inputs
+    return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)
+
+
+def log_probs(result, index=0):
+    return torch.tensor(result.loss_fn_outputs[index]["logprobs"].tolist())
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model, tmp_path_factory):
+    root = tmp_path_factory.mktemp("service")
+    with ascent_service(tiny_model, root / "log", "--name", BASE, "--root", str(root)) as process:
+        yield process, root
+
+
+@pytest.fixture
+def client(server, monkeypatch):
+    monkeypatch.setenv("TINKER_TELEMETRY", "0")
+    return tinker.ServiceClient(base_url=server[0].url, api_key="tml-test")
+
+
+def test_log_probs_are_ascents_own(client, tiny_model):
+    """A fresh LoRA client's forward equals the base model's (LoRA's B starts at 0)."""
+    training = client.create_lora_training_client(base_model=BASE, rank=4).result()
+    result = training.forward([datum()], "cross_entropy").result()
+    module = PolicyModule(load_causal_lm(tiny_model))
+    ids = torch.tensor(TOKENS[:-1])
+    with torch.no_grad():
+        expected, _ = module(
+            ids.unsqueeze(0),
+            position_ids=torch.arange(ids.numel()).unsqueeze(0),
+            query_index=torch.arange(ids.numel()),
+            targets=torch.tensor(TOKENS[1:]),
+        )
+    torch.testing.assert_close(log_probs(result), expected, atol=1e-5, rtol=0)
+    assert result.metrics["loss:sum"] == pytest.approx(-float(expected.sum()), rel=1e-5)
+
+
+def test_a_supervised_loop_lowers_the_loss(client):
+    training = client.create_lora_training_client(base_model=BASE, rank=8).result()
+    data = [datum(), datum(TOKENS[::-1])]
+    losses = []
+    for _ in range(10):
+        step = training.forward_backward(data, "cross_entropy")
+        training.optim_step(types.AdamParams(learning_rate=5e-3)).result()
+        losses.append(step.result().metrics["loss:sum"])
+    assert losses[-1] < 0.85 * losses[0], losses
+
+
+def test_policy_losses_are_the_documented_sums(client):
+    training = client.create_lora_training_client(base_model=BASE, rank=4).result()
+    n = len(TOKENS) - 1
+    sampled = [-2.0 + 0.1 * i for i in range(n)]
+    advantages = [1.0 if i % 2 else -0.5 for i in range(n)]
+    inputs = {"logprobs": sampled, "advantages": advantages}
+    example = datum(**inputs)
+    lp = log_probs(training.forward([example], "cross_entropy").result())
+    ratio = torch.exp(lp - torch.tensor(sampled))
+    adv = torch.tensor(advantages)
+    result = training.forward([example], "importance_sampling").result()
+    assert result.metrics["loss:sum"] == pytest.approx(-float((ratio * adv).sum()), rel=1e-5)
+    config = {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}
+    result = training.forward([example], "ppo", loss_fn_config=config).result()
+    clipped = torch.minimum(ratio * adv, ratio.clamp(0.9, 1.1) * adv)
+    assert result.metrics["loss:sum"] == pytest.approx(-float(clipped.sum()), rel=1e-5)
+
+
+def test_saved_state_comes_back_also_after_a_restart(client, server, monkeypatch):
+    process, _ = server
+    training = client.create_lora_training_client(base_model=BASE, rank=4).result()
+    for _ in range(2):
+        training.forward_backward([datum()], "cross_entropy")
+        training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    path = training.save_state("two").result().path
+    assert path.startswith("tinker://") and path.endswith("/weights/two")
+    trained = log_probs(training.forward([datum()], "cross_entropy").result())
+    restored = client.create_training_client_from_state_with_optimizer(path).result()
+    torch.testing.assert_close(
+        log_probs(restored.forward([datum()], "cross_entropy").result()), trained
+    )
+    process.start(120)  # a new server process over the same checkpoint root
+    again = tinker.ServiceClient(base_url=process.url, api_key="tml-test")
+    resumed = again.create_training_client_from_state(path).result()
+    torch.testing.assert_close(
+        log_probs(resumed.forward([datum()], "cross_entropy").result()), trained
+    )
+
+
+def test_two_clients_keep_their_own_weights(client):
+    first = client.create_lora_training_client(base_model=BASE, rank=4).result()
+    second = client.create_lora_training_client(base_model=BASE, rank=4).result()
+    before = log_probs(second.forward([datum()], "cross_entropy").result())
+    for _ in range(2):
+        first.forward_backward([datum()], "cross_entropy")
+        first.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    moved = log_probs(first.forward([datum()], "cross_entropy").result())
+    assert not torch.allclose(moved, before)
+    torch.testing.assert_close(
+        log_probs(second.forward([datum()], "cross_entropy").result()), before
+    )
+
+
+def test_bad_input_gets_the_sdks_errors(client):
+    with pytest.raises(tinker.NotFoundError, match="unknown base model"):
+        client.create_lora_training_client(base_model="no-such-model", rank=4).result()
+    training = client.create_lora_training_client(base_model=BASE, rank=4).result()
+    short = types.Datum(
+        model_input=types.ModelInput.from_ints([1, 2]),
+        loss_fn_inputs={"target_tokens": [1, 2, 3], "weights": [1.0, 1.0, 1.0]},
+    )
+    with pytest.raises(tinker.RequestFailedError, match=r"must be \[2\]"):
+        training.forward_backward([short], "cross_entropy").result()
+    with pytest.raises(tinker.RequestFailedError, match="is not served"):
+        training.forward_backward([datum()], "dro").result()
+    outside = datum([1, 2, 10**6])
+    with pytest.raises(tinker.RequestFailedError, match="outside the vocabulary"):
+        training.forward_backward([outside], "cross_entropy").result()
+    # the model still trains after its bad calls
+    result = training.forward_backward([datum()], "cross_entropy").result()
+    assert math.isfinite(result.metrics["loss:sum"])

@@ -2,7 +2,8 @@
 model): a supervised loop lowers its loss; the log-probs it gets back are ascent's own
 (PolicyModule on the same tokens); the losses are the documented sums; saved state comes back
 into a new training client, also after the server restarts; two clients keep their own
-weights; bad input gets the SDK's errors, at once."""
+weights; bad input gets the SDK's errors, at once; a sampling client samples the trained
+weights with their log-probs."""
 
 import math
 
@@ -141,3 +142,29 @@ def test_bad_input_gets_the_sdks_errors(client):
     # the model still trains after its bad calls
     result = training.forward_backward([datum()], "cross_entropy").result()
     assert math.isfinite(result.metrics["loss:sum"])
+
+
+def test_a_sampling_client_samples_the_trained_weights_with_their_log_probs(client, tiny_model):
+    """``save_weights_and_get_sampling_client``: the engine samples the snapshot; each
+    token's log-prob is the trained model's (forward on the sampled tokens)."""
+    training = client.create_lora_training_client(base_model=BASE, rank=4).result()
+    for _ in range(2):
+        training.forward_backward([datum()], "cross_entropy")
+        training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    sampler = training.save_weights_and_get_sampling_client()
+    prompt = types.ModelInput.from_ints(TOKENS[:4])
+    params = types.SamplingParams(max_tokens=6, temperature=1.0, seed=3)
+    result = sampler.sample(prompt=prompt, num_samples=3, sampling_params=params).result()
+    assert len(result.sequences) == 3
+    for sequence in result.sequences:
+        assert sequence.stop_reason in ("stop", "length")
+        assert len(sequence.logprobs) == len(sequence.tokens) > 0
+        whole = TOKENS[:4] + list(sequence.tokens)
+        scored = types.Datum(
+            model_input=types.ModelInput.from_ints(whole[:-1]),
+            loss_fn_inputs={"target_tokens": whole[1:], "weights": [1.0] * (len(whole) - 1)},
+        )
+        trained = log_probs(training.forward([scored], "cross_entropy").result())[3:]
+        torch.testing.assert_close(torch.tensor(sequence.logprobs), trained, atol=1e-4, rtol=0)
+    prompt_lp = sampler.compute_logprobs(types.ModelInput.from_ints(TOKENS)).result()
+    assert prompt_lp[0] is None and len(prompt_lp) == len(TOKENS)

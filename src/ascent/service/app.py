@@ -11,14 +11,23 @@ instead of retrying; a call that fails while it runs fails its future (the SDK's
 ``RequestFailedError``), and the server goes on.
 """
 
+import asyncio
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from ascent.service.futures import Outcome
+from ascent.service.sampling import (
+    SamplingSession,
+    prompt_ids,
+    sample,
+    sampler_info,
+    sampling_params,
+)
 from ascent.service.state import ServiceState, TrainedModel, UnknownId
 from ascent.service.wire import WireError, decode_forward_backward, encode_forward_backward_output
 
@@ -98,7 +107,7 @@ def build_app(state: ServiceState) -> FastAPI:
     @app.get("/api/v1/get_server_capabilities")
     async def capabilities() -> dict:
         models = [
-            {"model_name": name, "trainable": True, "sampleable": False}
+            {"model_name": name, "trainable": True, "sampleable": True}
             for name in state.base_models
         ]
         return {"supported_models": models}
@@ -171,21 +180,71 @@ def build_app(state: ServiceState) -> FastAPI:
 
     @app.post("/api/v1/save_weights_for_sampler")
     async def save_for_sampler(request: Request) -> JSONResponse:
+        """Named: merged weights at a tinker:// path. Without a path: a sampling session on
+        a snapshot of the weights (``save_weights_and_get_sampling_client``)."""
         body = await body_of(request)
         model = state.model(field_of(body, "model_id"))
-        if not body.get("path"):
-            raise WireError(
-                "sampling clients are not served yet: save_weights_for_sampler needs a path"
-            )
-        path, directory = state.checkpoint(model.model_id, "sampler_weights", body["path"])
         source = state.base_path(model.base_model)
+        if body.get("path"):
+            path, directory = state.checkpoint(model.model_id, "sampler_weights", body["path"])
+            session_id, answer = None, {"path": path}
+        else:
+            session = model.model_id.split(":train:")[0]
+            session_id = f"{session}:sample:{field_of(body, 'sampling_session_seq_id')}"
+            path, directory = None, state.root / model.model_id / "sampler_sessions" / session_id
+            answer = {"sampling_session_id": session_id}
 
         async def run() -> Outcome:
             export = lambda: model.group.export(str(directory), source)  # noqa: E731
             await sequenced(model, body.get("seq_id", 0), export)
-            return Outcome("json", {"path": path, "type": "save_weights_for_sampler"})
+            about = {"base_model": model.base_model, "lora": model.lora}
+            (directory / "service.json").write_text(json.dumps(about))
+            if session_id is not None:
+                made = SamplingSession(session_id, model.base_model, directory, path)
+                state.samplers.add(made)
+            return Outcome("json", {**answer, "type": "save_weights_for_sampler"})
 
         return future(run, model_id=model.model_id)
+
+    @app.post("/api/v1/create_sampling_session")
+    async def create_sampling_session(request: Request) -> dict:
+        body = await body_of(request)
+        session_id = (
+            f"{field_of(body, 'session_id')}:sample:{field_of(body, 'sampling_session_seq_id')}"
+        )
+        if body.get("model_path"):
+            _, directory = state.resolve(body["model_path"])
+            if directory.parent.name != "sampler_weights":
+                raise WireError(f"{body['model_path']!r} is not a sampler_weights path")
+            base_model = json.loads((directory / "service.json").read_text())["base_model"]
+        else:
+            base_model = field_of(body, "base_model")
+            directory = Path(state.base_path(base_model))
+        made = SamplingSession(session_id, base_model, directory, body.get("model_path"))
+        state.samplers.add(made)
+        return {"type": "create_sampling_session", "sampling_session_id": session_id}
+
+    @app.get("/api/v1/samplers/{session_id}")
+    async def sampler(session_id: str) -> dict:
+        return sampler_info(state.sampling_session(session_id))
+
+    @app.post("/api/v1/asample")
+    async def asample(request: Request) -> JSONResponse:
+        body = await body_of(request)
+        session = state.sampling_session(field_of(body, "sampling_session_id"))
+        params = sampling_params(body)  # a bad parameter: 400 now
+        prompt_ids(body.get("prompt", {}))
+        loop = asyncio.get_running_loop()
+
+        async def run() -> Outcome:
+            backend = await loop.run_in_executor(
+                state.executor, lambda: state.samplers.backend(session)
+            )
+            return Outcome("proto", await sample(backend, body))
+
+        seq = body.get("seq_id", 0)
+        ids = [f"{session.session_id}:{seq}:{i}" for i in range(params.n)]
+        return future(run, sample_sequence_ids=ids)
 
     @app.post("/api/v1/load_weights")
     async def load_weights(request: Request) -> JSONResponse:

@@ -15,9 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ascent.controller import ResourcePool, WorkerGroup, spawn_group
 from ascent.service.futures import Futures, Sequenced
 from ascent.service.model_worker import TinkerModelWorker
+from ascent.service.sampling import Samplers, SamplingSession
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
 
 SCHEME = "tinker://"
 
@@ -60,6 +68,7 @@ class ServiceState:
     futures: Futures = field(default_factory=Futures)
     # torch work runs here, one call at a time: models interleave call by call
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1))
+    samplers: Samplers = field(default_factory=lambda: Samplers(default_device()))
 
     def new_session(self) -> str:
         return f"sess-{next(self.sessions)}"
@@ -99,6 +108,11 @@ class ServiceState:
         if "/" in name or name in ("", ".", ".."):
             raise ValueError(f"checkpoint name {name!r}: use a plain name (no '/')")
         return f"{SCHEME}{model_id}/{kind}/{name}", self.root / model_id / kind / name
+
+    def sampling_session(self, session_id: str) -> SamplingSession:
+        if session_id not in self.samplers.sessions:
+            raise UnknownId(f"unknown sampling session {session_id!r}")
+        return self.samplers.sessions[session_id]
 
     def resolve(self, path: str) -> tuple[str, Path]:
         """A ``tinker://`` path -> (the model id it belongs to, its directory)."""

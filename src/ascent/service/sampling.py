@@ -1,0 +1,127 @@
+"""Sampling clients of the Tinker service: a session samples one set of weights (a
+snapshot of a trained model, a named sampler checkpoint, or the base model) with ascent's
+native engine, and returns every sampled token's log-prob (what an RL loop trains on).
+
+Each session's weights are a transformers checkpoint on disk (the merged weights of its
+model when it was made), so a session outlives the engine that served it: at most
+``engines`` engines stay loaded, the least recently used one closed first, and a session
+whose engine was closed loads it again.
+
+A sample request maps onto the engine's sampling parameters: ``max_tokens``, ``temperature``,
+``top_p``, ``top_k`` (-1: all tokens), ``seed``, and ``stop`` as strings or token ids; its
+result is the SDK's ``SampleResponse`` (protobuf): each sequence's tokens, log-probs and
+stop reason, and with ``prompt_logprobs`` each prompt token's log-prob (NaN at the first).
+"""
+
+import asyncio
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ascent.rollout.engine import NativeEngine
+from ascent.rollout.engine_settings import EngineSettings
+from ascent.rollout.native_backend import NativeBackend
+from ascent.rollout.types import SamplingParams
+from ascent.service.wire import WireError, protos
+
+
+@dataclass(frozen=True)
+class SamplingSession:
+    session_id: str
+    base_model: str
+    weights: Path  # a transformers checkpoint directory
+    model_path: str | None  # its tinker:// path, when it has one
+
+
+def prompt_ids(prompt: dict) -> list[int]:
+    ids: list[int] = []
+    for index, chunk in enumerate(prompt.get("chunks", [])):
+        if chunk.get("type", "encoded_text") != "encoded_text":
+            raise WireError(f"prompt chunk {index}: {chunk.get('type')} chunks are not served")
+        ids.extend(int(t) for t in chunk["tokens"])
+    if not ids:
+        raise WireError("the prompt is empty")
+    return ids
+
+
+def sampling_params(request: dict) -> SamplingParams:
+    """The engine's parameters for a ``sample`` request (module docstring)."""
+    given = request.get("sampling_params", {})
+    stop = given.get("stop")
+    stop = [stop] if isinstance(stop, str) else list(stop or [])
+    strings = [s for s in stop if isinstance(s, str)]
+    tokens = [int(s) for s in stop if not isinstance(s, str)]
+    return SamplingParams(
+        n=int(request.get("num_samples", 1)),
+        temperature=float(given.get("temperature", 1.0)),
+        top_p=float(given.get("top_p", 1.0)),
+        top_k=max(int(given.get("top_k", -1)), 0),
+        max_new_tokens=int(given.get("max_tokens") or 256),
+        stop=strings,
+        stop_token_ids=tokens,
+        seed=given.get("seed"),
+    )
+
+
+class Samplers:
+    """Sampling sessions and the engines that serve them (module docstring)."""
+
+    def __init__(self, device: torch.device, engines: int = 2, max_model_len: int = 2048) -> None:
+        self.device, self.limit, self.max_model_len = device, engines, max_model_len
+        self.sessions: dict[str, SamplingSession] = {}
+        self.loaded: OrderedDict[Path, NativeBackend] = OrderedDict()
+
+    def add(self, session: SamplingSession) -> None:
+        self.sessions[session.session_id] = session
+
+    def backend(self, session: SamplingSession) -> NativeBackend:
+        """The engine of ``session``'s weights, loaded if it is not (call off the event
+        loop: loading takes seconds)."""
+        if session.weights in self.loaded:
+            self.loaded.move_to_end(session.weights)
+            return self.loaded[session.weights]
+        while len(self.loaded) >= self.limit:
+            _, oldest = self.loaded.popitem(last=False)
+            asyncio.run(oldest.close())  # its step thread ends (this is a worker thread)
+        from ascent.models.loading import load_tokenizer
+
+        settings = EngineSettings(
+            model={"path": str(session.weights)}, max_model_len=self.max_model_len
+        )
+        tokenizer = load_tokenizer(str(session.weights))
+        backend = NativeBackend(NativeEngine.load(settings, self.device, tokenizer), tokenizer)
+        self.loaded[session.weights] = backend
+        return backend
+
+
+async def sample(backend: NativeBackend, request: dict) -> bytes:
+    """A ``sample`` request's ``SampleResponse`` bytes (module docstring)."""
+    ids = prompt_ids(request.get("prompt", {}))
+    params = sampling_params(request)
+    outs = await backend.generate_n(ids, params)
+    pb = protos()
+    response = pb.SampleResponse()
+    for out in outs:
+        sequence = response.sequences.add()
+        sequence.stop_reason = (
+            pb.STOP_REASON_LENGTH if out.finish_reason == "length" else pb.STOP_REASON_STOP
+        )
+        sequence.tokens = np.asarray(out.token_ids, dtype=np.int32).tobytes()
+        sequence.logprobs = np.asarray(out.log_probs, dtype=np.float32).tobytes()
+    if request.get("prompt_logprobs"):
+        scores = await backend.score(ids, 0)
+        values = [np.nan if v is None else v for v in scores.log_probs]
+        response.prompt_logprobs = np.asarray(values, dtype=np.float32).tobytes()
+    return response.SerializeToString()
+
+
+def sampler_info(session: SamplingSession) -> dict[str, Any]:
+    return {
+        "sampler_id": session.session_id,
+        "base_model": session.base_model,
+        "model_path": session.model_path,
+    }

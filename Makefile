@@ -17,7 +17,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 # (240 MB), converted on first use to ~/.cache/ascent/models.
 REAL_STAMP := $(VENV)/.real-model
 
-.PHONY: quickstart test test-slow lint format bench clean-venv vllm-venv lmeval-venv hubs-venv real-model docs browser \
+.PHONY: quickstart test test-slow lint format bench clean-venv vllm-venv lmeval-venv hubs-venv cookbook-venv real-model docs browser \
 	gpu-wheels gpu-check
 
 $(STAMP): pyproject.toml $(CONSTRAINTS) $(AGENTS_CONSTRAINTS)
@@ -64,6 +64,25 @@ lmeval-venv: $(LMEVAL_STAMP)
 # (ascent.agents.hubs; tests/agents/hubs): a venv of its own, since verifiers needs
 # openai<3 and OpenEnv's gradio another pillow than the pinned ones; every other pin holds
 # (about 1 minute the first time).
+# The tinker-cookbook's loops, run unchanged against `ascent service` (tests/service). The
+# cookbook 0.6.1 asks for tml-renderers>=0.4.1, which PyPI does not have (0.2.1 is the latest);
+# its minimal loops import it only for Inkling and Kimi models, so the cookbook goes in without
+# its dependencies and the others beside it.
+COOKBOOK_VENV ?= $(HOME)/.cache/ascent/cookbook-venv
+COOKBOOK_STAMP := $(COOKBOOK_VENV)/.installed
+
+$(COOKBOOK_STAMP): $(CONSTRAINTS)
+	test -x $(COOKBOOK_VENV)/bin/python || $(PYTHON) -m venv $(COOKBOOK_VENV)
+	$(COOKBOOK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(COOKBOOK_VENV)/bin/python -m pip install --quiet -c $(CONSTRAINTS) torch
+	$(COOKBOOK_VENV)/bin/python -m pip install --quiet -c $(CONSTRAINTS) tinker==0.38.0 \
+	  "chz>=0.4" aiohttp blobfile cloudpickle datasets huggingface-hub pillow pyrage termcolor \
+	  tiktoken safetensors tqdm transformers math-verify pylatexenc sympy
+	$(COOKBOOK_VENV)/bin/python -m pip install --quiet --no-deps tinker-cookbook==0.6.1
+	touch $(COOKBOOK_STAMP)
+
+cookbook-venv: $(COOKBOOK_STAMP)
+
 HUBS_VENV ?= $(HOME)/.cache/ascent/hubs-venv
 HUBS_STAMP := $(HUBS_VENV)/.installed
 
@@ -94,7 +113,7 @@ test: $(STAMP) $(REAL_STAMP) lint docs browser
 
 # The slow tests (about 25-40 minutes): the quickstart's learning run, vLLM, Ray rollouts, the
 # real model over two ranks, kills and signals. CI runs them after `make test`.
-test-slow: $(STAMP) $(VLLM_STAMP) $(LMEVAL_STAMP) $(HUBS_STAMP) $(REAL_STAMP)
+test-slow: $(STAMP) $(VLLM_STAMP) $(LMEVAL_STAMP) $(HUBS_STAMP) $(COOKBOOK_STAMP) $(REAL_STAMP)
 	$(BIN)/python -m pytest -m "slow and not gpu" $(PYTEST_ARGS)
 
 # The GPU checks: every `gpu` test and the CUDA halves of the benches, on a GPU machine that

@@ -7,6 +7,7 @@ weights with their log-probs."""
 
 import math
 
+import httpx
 import pytest
 import torch
 
@@ -40,7 +41,9 @@ def server(tiny_model, tmp_path_factory):
 @pytest.fixture
 def client(server, monkeypatch):
     monkeypatch.setenv("TINKER_TELEMETRY", "0")
-    return tinker.ServiceClient(base_url=server[0].url, api_key="tml-test")
+    service = tinker.ServiceClient(base_url=server[0].url, api_key="tml-test")
+    yield service
+    service.close("success").result(timeout=30)  # its heartbeats stop with it
 
 
 def test_log_probs_are_ascents_own(client, tiny_model):
@@ -108,6 +111,7 @@ def test_saved_state_comes_back_also_after_a_restart(client, server, monkeypatch
     torch.testing.assert_close(
         log_probs(resumed.forward([datum()], "cross_entropy").result()), trained
     )
+    again.close("success").result(timeout=30)
 
 
 def test_two_clients_keep_their_own_weights(client):
@@ -168,3 +172,39 @@ def test_a_sampling_client_samples_the_trained_weights_with_their_log_probs(clie
         torch.testing.assert_close(torch.tensor(sequence.logprobs), trained, atol=1e-4, rtol=0)
     prompt_lp = sampler.compute_logprobs(types.ModelInput.from_ints(TOKENS)).result()
     assert prompt_lp[0] is None and len(prompt_lp) == len(TOKENS)
+
+
+def test_a_call_whose_client_went_away_neither_hangs_nor_blocks_the_model(client, server):
+    """A forward_backward submitted and never polled (its client gone): it still runs, its
+    result waits for a poll, and the model's next calls go on."""
+    pb = pytest.importorskip("tinker.proto.tinker_public_pb2")
+    training = client.create_lora_training_client(base_model=BASE, rank=4).result()
+    model_id = training.model_id
+    request = pb.ForwardBackwardRequest(model_id=model_id, seq_id=100, loss_fn="cross_entropy")
+    row = request.data.add()
+    row.model_input.add().encoded_text.tokens = (
+        torch.tensor(TOKENS[:-1], dtype=torch.int32).numpy().tobytes()
+    )
+    for name, values, dtype in (
+        ("target_tokens", TOKENS[1:], torch.int64),
+        ("weights", [1.0] * 9, torch.float32),
+    ):
+        tensor = row.loss_fn_inputs[name]
+        tensor.dense = torch.tensor(values, dtype=dtype).numpy().tobytes()
+        tensor.dtype = pb.DTYPE_INT64 if dtype == torch.int64 else pb.DTYPE_FLOAT32
+        tensor.shape.append(len(values))
+    headers = {"Content-Type": "application/x-protobuf", "X-API-Key": "tml-test"}
+    url = f"{server[0].url}/api/v1"
+    with httpx.Client() as gone:  # submits, then closes without polling
+        submitted = gone.post(
+            f"{url}/forward_backward", content=request.SerializeToString(), headers=headers
+        )
+    assert submitted.status_code == 200
+    result = training.forward([datum()], "cross_entropy").result()
+    assert math.isfinite(result.metrics["loss:sum"])
+    polled = httpx.post(
+        f"{url}/retrieve_future", json={"request_id": submitted.json()["request_id"]}, timeout=60
+    )
+    output = pb.ForwardBackwardOutput()
+    output.ParseFromString(polled.content)
+    assert output.metrics["loss:sum"] == pytest.approx(result.metrics["loss:sum"], rel=1e-5)

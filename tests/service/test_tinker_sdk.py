@@ -176,7 +176,8 @@ def test_a_sampling_client_samples_the_trained_weights_with_their_log_probs(clie
 
 def test_a_call_whose_client_went_away_neither_hangs_nor_blocks_the_model(client, server):
     """A forward_backward submitted and never polled (its client gone): it still runs, its
-    result waits for a poll, and the model's next calls go on."""
+    result waits for a poll, and the model's next calls go on; a retried submit of the same
+    seq_id gets the same future."""
     pb = pytest.importorskip("tinker.proto.tinker_public_pb2")
     training = client.create_lora_training_client(base_model=BASE, rank=4).result()
     model_id = training.model_id
@@ -200,6 +201,9 @@ def test_a_call_whose_client_went_away_neither_hangs_nor_blocks_the_model(client
             f"{url}/forward_backward", content=request.SerializeToString(), headers=headers
         )
     assert submitted.status_code == 200
+    body = request.SerializeToString()
+    retried = httpx.post(f"{url}/forward_backward", content=body, headers=headers)
+    assert retried.json()["request_id"] == submitted.json()["request_id"]  # not run twice
     result = training.forward([datum()], "cross_entropy").result()
     assert math.isfinite(result.metrics["loss:sum"])
     polled = httpx.post(

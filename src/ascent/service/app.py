@@ -66,6 +66,16 @@ def build_app(state: ServiceState) -> FastAPI:
     def future(work: Callable[[], Any], **extra: Any) -> JSONResponse:
         return JSONResponse({"request_id": state.futures.start(work()), **extra})
 
+    def model_future(
+        model: TrainedModel, seq_id: int, work: Callable[[], Any], **extra: Any
+    ) -> JSONResponse:
+        """A model's numbered call: a retried submit of the same ``seq_id`` gets the first
+        submit's future, not a second run."""
+        requests = model.calls.requests
+        if seq_id not in requests:
+            requests[seq_id] = state.futures.start(work())
+        return JSONResponse({"request_id": requests[seq_id], **extra})
+
     async def sequenced(model: TrainedModel, seq_id: int, call: Callable[[], Any]) -> Any:
         return await model.calls.run(seq_id, call)
 
@@ -145,7 +155,7 @@ def build_app(state: ServiceState) -> FastAPI:
             )
             return Outcome("proto", encode_forward_backward_output(log_probs, metrics))
 
-        return future(run, model_id=call.model_id)
+        return model_future(model, call.seq_id, run, model_id=call.model_id)
 
     @app.post("/api/v1/optim_step")
     async def optim_step(request: Request) -> JSONResponse:
@@ -159,7 +169,7 @@ def build_app(state: ServiceState) -> FastAPI:
             )
             return Outcome("json", {"metrics": metrics})
 
-        return future(run, model_id=model.model_id)
+        return model_future(model, body.get("seq_id", 0), run, model_id=model.model_id)
 
     @app.post("/api/v1/save_weights")
     async def save_weights(request: Request) -> JSONResponse:
@@ -176,7 +186,7 @@ def build_app(state: ServiceState) -> FastAPI:
             await sequenced(model, body.get("seq_id", 0), save)
             return Outcome("json", {"path": path, "type": "save_weights"})
 
-        return future(run, model_id=model.model_id)
+        return model_future(model, body.get("seq_id", 0), run, model_id=model.model_id)
 
     @app.post("/api/v1/save_weights_for_sampler")
     async def save_for_sampler(request: Request) -> JSONResponse:
@@ -204,7 +214,7 @@ def build_app(state: ServiceState) -> FastAPI:
                 state.samplers.add(made)
             return Outcome("json", {**answer, "type": "save_weights_for_sampler"})
 
-        return future(run, model_id=model.model_id)
+        return model_future(model, body.get("seq_id", 0), run, model_id=model.model_id)
 
     @app.post("/api/v1/create_sampling_session")
     async def create_sampling_session(request: Request) -> dict:

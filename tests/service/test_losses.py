@@ -1,0 +1,42 @@
+"""The Tinker losses the service computes are ascent's own policy losses on the same
+tokens: ``ppo`` is ascent's clipped PPO (``clip_low_threshold`` = 1 - clip_low,
+``clip_high_threshold`` = 1 + clip_high, no dual clip) summed over tokens, and
+``importance_sampling`` the same loss with the clip open; values and gradients agree."""
+
+import pytest
+import torch
+
+from ascent.algos import PolicyLossInputs, compute_policy_loss
+from ascent.service.losses import loss_of
+
+
+def summed_ascent_loss(lp, q, advantages, **params):
+    inputs = PolicyLossInputs(
+        lp.unsqueeze(0), q.unsqueeze(0), advantages.unsqueeze(0), torch.ones(1, lp.numel())
+    )
+    return compute_policy_loss("ppo", inputs, dual_clip=None, **params).per_token.sum()
+
+
+@pytest.mark.parametrize(
+    "name, config, params",
+    [
+        (
+            "ppo",
+            {"clip_low_threshold": 0.8, "clip_high_threshold": 1.28},
+            {"clip_low": 0.2, "clip_high": 0.28},
+        ),
+        ("importance_sampling", {}, {"clip_low": 1.0, "clip_high": 1e9}),
+    ],
+)
+def test_the_service_losses_are_ascents(name, config, params):
+    generator = torch.Generator().manual_seed(0)
+    q = -torch.rand(12, generator=generator) * 3
+    lp = (q + 0.4 * torch.randn(12, generator=generator)).requires_grad_()
+    advantages = torch.randn(12, generator=generator)
+    loss, _ = loss_of(name)
+    ours = loss(lp, {"logprobs": q, "advantages": advantages}, config)
+    (ours_grad,) = torch.autograd.grad(ours, lp)
+    theirs = summed_ascent_loss(lp, q, advantages, **params)
+    (theirs_grad,) = torch.autograd.grad(theirs, lp)
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(ours_grad, theirs_grad, rtol=1e-6, atol=1e-6)

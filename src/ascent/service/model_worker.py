@@ -57,7 +57,7 @@ class TinkerModelWorker(Worker):
             ]
             if not targets:
                 raise WireError(
-                    "lora_config trains nothing: set train_attn or train_mlp (no adapter on the head)"
+                    "lora_config trains nothing: set train_attn or train_mlp (the head has none)"
                 )
             model = apply_lora(
                 model, LoraSettings(rank=lora["rank"], alpha=LORA_ALPHA, target_modules=targets)

@@ -58,7 +58,7 @@ def workdir(tmp_path_factory):
         {"question": f"What is {i}+2?", "answer": f"It is {i + 2}.\n#### {i + 2}"} for i in range(8)
     ]
     write_jsonl(root / "openai/gsm8k/main/train.jsonl", problems)
-    (root / "openai/gsm8k/README.md").write_text(GSM8K_CARD)
+    (root / "openai" / "gsm8k" / "README.md").write_text(GSM8K_CARD)  # a dataset card
     return root
 
 

@@ -155,7 +155,7 @@ def test_a_sampling_client_samples_the_trained_weights_with_their_log_probs(clie
     for _ in range(2):
         training.forward_backward([datum()], "cross_entropy")
         training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
-    sampler = training.save_weights_and_get_sampling_client()
+    sampler = training.save_weights_and_get_sampling_client().result()
     prompt = types.ModelInput.from_ints(TOKENS[:4])
     params = types.SamplingParams(max_tokens=6, temperature=1.0, seed=3)
     result = sampler.sample(prompt=prompt, num_samples=3, sampling_params=params).result()
@@ -212,3 +212,17 @@ def test_a_call_whose_client_went_away_neither_hangs_nor_blocks_the_model(client
     output = pb.ForwardBackwardOutput()
     output.ParseFromString(polled.content)
     assert output.metrics["loss:sum"] == pytest.approx(result.metrics["loss:sum"], rel=1e-5)
+
+
+def test_only_the_newest_snapshot_sessions_are_kept(client, server):
+    """An RL loop makes a sampling session a step: the older snapshots go, weights and all."""
+    training = client.create_lora_training_client(base_model=BASE, rank=4).result()
+    samplers = [training.save_weights_and_get_sampling_client().result() for _ in range(3)]
+    prompt = types.ModelInput.from_ints(TOKENS[:4])
+    params = types.SamplingParams(max_tokens=2, seed=0)
+    with pytest.raises(tinker.NotFoundError, match="unknown sampling session"):
+        samplers[0].sample(prompt=prompt, num_samples=1, sampling_params=params).result()
+    snapshots = list((server[1] / training.model_id / "sampler_sessions").iterdir())
+    assert len(snapshots) == 2
+    result = samplers[-1].sample(prompt=prompt, num_samples=1, sampling_params=params).result()
+    assert len(result.sequences) == 1

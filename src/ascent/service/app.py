@@ -32,6 +32,7 @@ from ascent.service.state import ServiceState, TrainedModel, UnknownId
 from ascent.service.wire import WireError, decode_forward_backward, encode_forward_backward_output
 
 PROTOBUF = "application/x-protobuf"
+KEEP = 2  # snapshot sampling sessions kept per model (the newest)
 
 
 async def body_of(request: Request) -> dict:
@@ -212,6 +213,8 @@ def build_app(state: ServiceState) -> FastAPI:
             if session_id is not None:
                 made = SamplingSession(session_id, model.base_model, directory, path)
                 state.samplers.add(made)
+                retire = lambda: state.samplers.retire_snapshots(directory.parent, KEEP)  # noqa: E731
+                await asyncio.get_running_loop().run_in_executor(state.executor, retire)
             return Outcome("json", {**answer, "type": "save_weights_for_sampler"})
 
         return model_future(model, body.get("seq_id", 0), run, model_id=model.model_id)
@@ -247,10 +250,14 @@ def build_app(state: ServiceState) -> FastAPI:
         loop = asyncio.get_running_loop()
 
         async def run() -> Outcome:
-            backend = await loop.run_in_executor(
-                state.executor, lambda: state.samplers.backend(session)
-            )
-            return Outcome("proto", await sample(backend, body))
+            state.samplers.busy[session.session_id] += 1
+            try:
+                backend = await loop.run_in_executor(
+                    state.executor, lambda: state.samplers.backend(session)
+                )
+                return Outcome("proto", await sample(backend, body))
+            finally:
+                state.samplers.busy[session.session_id] -= 1
 
         seq = body.get("seq_id", 0)
         ids = [f"{session.session_id}:{seq}:{i}" for i in range(params.n)]

@@ -5,7 +5,9 @@ native engine, and returns every sampled token's log-prob (what an RL loop train
 Each session's weights are a transformers checkpoint on disk (the merged weights of its
 model when it was made), so a session outlives the engine that served it: at most
 ``engines`` engines stay loaded, the least recently used one closed first, and a session
-whose engine was closed loads it again.
+whose engine was closed loads it again. Of a model's snapshot sessions
+(``save_weights_and_get_sampling_client``, one per RL step) only the newest few are kept,
+weights and all (``retire_snapshots``).
 
 A sample request maps onto the engine's sampling parameters: ``max_tokens``, ``temperature``,
 ``top_p``, ``top_k`` (-1: all tokens), ``seed``, and ``stop`` as strings or token ids; its
@@ -14,7 +16,8 @@ stop reason, and with ``prompt_logprobs`` each prompt token's log-prob (NaN at t
 """
 
 import asyncio
-from collections import OrderedDict
+import shutil
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,9 +77,25 @@ class Samplers:
         self.device, self.limit, self.max_model_len = device, engines, max_model_len
         self.sessions: dict[str, SamplingSession] = {}
         self.loaded: OrderedDict[Path, NativeBackend] = OrderedDict()
+        self.busy: Counter[str] = Counter()  # session -> its requests being sampled
 
     def add(self, session: SamplingSession) -> None:
         self.sessions[session.session_id] = session
+
+    def retire_snapshots(self, directory: Path, keep: int) -> None:
+        """Keep the ``keep`` newest snapshot sessions whose weights lie in ``directory`` (a
+        model's ``sampler_sessions``); close and delete the older ones. An RL loop makes a
+        session per step and never goes back: without this, every step's merged weights
+        would stay on disk."""
+        snapshots = [s for s in self.sessions.values() if s.weights.parent == directory]
+        for old in snapshots[: max(len(snapshots) - keep, 0)]:
+            if self.busy[old.session_id]:
+                continue  # still sampling: retired by a later call
+            del self.sessions[old.session_id]
+            backend = self.loaded.pop(old.weights, None)
+            if backend is not None:
+                asyncio.run(backend.close())
+            shutil.rmtree(old.weights, ignore_errors=True)
 
     def backend(self, session: SamplingSession) -> NativeBackend:
         """The engine of ``session``'s weights, loaded if it is not (call off the event

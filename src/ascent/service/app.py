@@ -77,9 +77,6 @@ def build_app(state: ServiceState) -> FastAPI:
             requests[seq_id] = state.futures.start(work())
         return JSONResponse({"request_id": requests[seq_id], **extra})
 
-    async def sequenced(model: TrainedModel, seq_id: int, call: Callable[[], Any]) -> Any:
-        return await model.calls.run(seq_id, call)
-
     @app.post("/api/v1/client/config")
     async def client_config() -> dict:
         # plain httpx, whole requests: what this server implements
@@ -147,8 +144,7 @@ def build_app(state: ServiceState) -> FastAPI:
         model = state.model(call.model_id)
 
         async def run() -> Outcome:
-            log_probs, metrics = await sequenced(
-                model,
+            log_probs, metrics = await model.calls.run(
                 call.seq_id,
                 lambda: model.group.forward_backward(
                     call.data, call.loss_fn, call.config, call.forward_only
@@ -165,8 +161,8 @@ def build_app(state: ServiceState) -> FastAPI:
         adam = field_of(body, "adam_params")
 
         async def run() -> Outcome:
-            metrics = await sequenced(
-                model, body.get("seq_id", 0), lambda: model.group.optim_step(adam)[0]
+            metrics = await model.calls.run(
+                body.get("seq_id", 0), lambda: model.group.optim_step(adam)[0]
             )
             return Outcome("json", {"metrics": metrics})
 
@@ -184,7 +180,7 @@ def build_app(state: ServiceState) -> FastAPI:
             (directory / "service.json").write_text(json.dumps(about))
 
         async def run() -> Outcome:
-            await sequenced(model, body.get("seq_id", 0), save)
+            await model.calls.run(body.get("seq_id", 0), save)
             return Outcome("json", {"path": path, "type": "save_weights"})
 
         return model_future(model, body.get("seq_id", 0), run, model_id=model.model_id)
@@ -207,7 +203,7 @@ def build_app(state: ServiceState) -> FastAPI:
 
         async def run() -> Outcome:
             export = lambda: model.group.export(str(directory), source)  # noqa: E731
-            await sequenced(model, body.get("seq_id", 0), export)
+            await model.calls.run(body.get("seq_id", 0), export)
             about = {"base_model": model.base_model, "lora": model.lora}
             (directory / "service.json").write_text(json.dumps(about))
             if session_id is not None:
@@ -245,8 +241,8 @@ def build_app(state: ServiceState) -> FastAPI:
     async def asample(request: Request) -> JSONResponse:
         body = await body_of(request)
         session = state.sampling_session(field_of(body, "sampling_session_id"))
-        params = sampling_params(body)  # a bad parameter: 400 now
-        prompt_ids(body.get("prompt", {}))
+        params = sampling_params(body)  # a bad parameter or prompt: 400 now
+        ids = prompt_ids(body.get("prompt", {}))
         loop = asyncio.get_running_loop()
 
         async def run() -> Outcome:
@@ -255,13 +251,14 @@ def build_app(state: ServiceState) -> FastAPI:
                 backend = await loop.run_in_executor(
                     state.executor, lambda: state.samplers.backend(session)
                 )
-                return Outcome("proto", await sample(backend, body))
+                scored = bool(body.get("prompt_logprobs"))
+                return Outcome("proto", await sample(backend, ids, params, scored))
             finally:
                 state.samplers.busy[session.session_id] -= 1
 
         seq = body.get("seq_id", 0)
-        ids = [f"{session.session_id}:{seq}:{i}" for i in range(params.n)]
-        return future(run, sample_sequence_ids=ids)
+        sequences = [f"{session.session_id}:{seq}:{i}" for i in range(params.n)]
+        return future(run, sample_sequence_ids=sequences)
 
     @app.post("/api/v1/load_weights")
     async def load_weights(request: Request) -> JSONResponse:
@@ -277,7 +274,7 @@ def build_app(state: ServiceState) -> FastAPI:
 
         async def run() -> Outcome:
             target = model or await state.create_model(model_id, about["base_model"], about["lora"])
-            await sequenced(target, seq_id, lambda: target.group.load_state(str(directory)))
+            await target.calls.run(seq_id, lambda: target.group.load_state(str(directory)))
             return Outcome("json", {"path": body["path"], "model_id": target.model_id})
 
         return future(run)

@@ -19,6 +19,7 @@ from ascent.engine.export import export_hf
 from ascent.engine.fsdp import TrainEngine
 from ascent.engine.modules import PolicyModule
 from ascent.engine.state import load_engine, save_engine
+from ascent.engine.token_budget import plan_micro_batches
 from ascent.models.loading import load_causal_lm
 from ascent.models.lora import apply_lora
 from ascent.service.losses import loss_of
@@ -90,18 +91,6 @@ class TinkerModelWorker(Worker):
                     f"datum {index}: {name} has ids outside the vocabulary [0, {self.vocab})"
                 )
 
-    def _micro_batches(self, data: list[Datum]) -> list[list[int]]:
-        """Consecutive datums of at most ``budget`` tokens together (a longer one alone)."""
-        groups: list[list[int]] = []
-        size = self.budget
-        for index, datum in enumerate(data):
-            if size + datum.tokens.numel() > self.budget:
-                groups.append([])
-                size = 0
-            groups[-1].append(index)
-            size += datum.tokens.numel()
-        return groups
-
     def _log_probs(self, data: list[Datum]) -> list[Tensor]:
         """Each datum's target log-probs (N_i,), from one packed forward of ``data``."""
         device = self.device
@@ -126,9 +115,10 @@ class TinkerModelWorker(Worker):
         for index, datum in enumerate(data):
             self._check(datum, index, needs)
         self.engine.train(not forward_only)
-        outputs: list[Tensor] = []
+        outputs: list[Tensor | None] = [None] * len(data)
         total = 0.0
-        for group in self._micro_batches(data):
+        plan = plan_micro_batches([d.tokens.numel() for d in data], self.budget)
+        for group in plan:
             part = [data[i] for i in group]
             with torch.set_grad_enabled(not forward_only):
                 log_probs = self._log_probs(part)
@@ -137,7 +127,8 @@ class TinkerModelWorker(Worker):
             if not forward_only:
                 self.engine.backward(value)
             total += float(value.detach())
-            outputs.extend(lp.detach().cpu() for lp in log_probs)
+            for index, lp in zip(group, log_probs, strict=True):
+                outputs[index] = lp.detach().cpu()
         return outputs, {"loss:sum": total}
 
     @register(Dispatch.ALL)

@@ -117,10 +117,11 @@ class Samplers:
         return backend
 
 
-async def sample(backend: NativeBackend, request: dict) -> bytes:
-    """A ``sample`` request's ``SampleResponse`` bytes (module docstring)."""
-    ids = prompt_ids(request.get("prompt", {}))
-    params = sampling_params(request)
+async def sample(
+    backend: NativeBackend, ids: list[int], params: SamplingParams, prompt_logprobs: bool
+) -> bytes:
+    """``SampleResponse`` bytes of sampling ``params`` after the prompt ``ids`` (module
+    docstring)."""
     outs = await backend.generate_n(ids, params)
     pb = protos()
     response = pb.SampleResponse()
@@ -131,7 +132,7 @@ async def sample(backend: NativeBackend, request: dict) -> bytes:
         )
         sequence.tokens = np.asarray(out.token_ids, dtype=np.int32).tobytes()
         sequence.logprobs = np.asarray(out.log_probs, dtype=np.float32).tobytes()
-    if request.get("prompt_logprobs"):
+    if prompt_logprobs:
         scores = await backend.score(ids, 0)
         values = [np.nan if v is None else v for v in scores.log_probs]
         response.prompt_logprobs = np.asarray(values, dtype=np.float32).tobytes()

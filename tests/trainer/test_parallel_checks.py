@@ -4,9 +4,11 @@ when the run is planned, before any worker starts, with the field and what to ch
 that can is planned and printed."""
 
 import pytest
+from pydantic import ValidationError
 
 from ascent.config import ConfigError
 from ascent.trainer.rl.plan import make_plan
+from ascent.workers.config import ActorConfig
 from tests.families.models import build
 from tests.trainer.rl_setup import config
 
@@ -265,3 +267,27 @@ def test_the_step_plan_prints_the_stages(tiny_model, prompts, tmp_path):
     run_config = config(tiny_model, prompts, tmp_path / "run", *overrides)
     described = make_plan(run_config).describe(run_config)
     assert "actor ranks: 4 rank(s) = data 1 x tensor 2 x pipeline 2" in described
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"model": {"path": "m"}}, "actor.parallel.pipeline=2 runs packed rows"),
+        (
+            {"model": {"path": "m", "packing": "packed", "lora": {"rank": 4}}},
+            "does not take LoRA adapters yet",
+        ),
+        (
+            {"model": {"path": "m", "packing": "packed"}, "router_replay": "rollout"},
+            "does not take router_replay yet",
+        ),
+        (
+            {"model": {"path": "m", "packing": "packed"}, "router_aux_loss_coef": 0.01},
+            "does not take router_aux_loss_coef yet",
+        ),
+    ],
+)
+def test_an_actor_in_stages_refuses_what_they_do_not_take(settings, message):
+    """The role's own config refuses it too (a worker built without the RL plan)."""
+    with pytest.raises(ValidationError, match=message):
+        ActorConfig.model_validate(settings | {"parallel": {"pipeline": 2}})

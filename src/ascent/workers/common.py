@@ -146,12 +146,13 @@ def value_forward(engine: TrainEngine, batch: Batch, device: torch.device, packe
 
 
 def check_replicas(ctx: Any, parallel: ParallelConfig) -> None:
-    """The group must give the tensor, sequence and context ranks of one replica the same
-    rows."""
+    """The group must give the pipeline, tensor, sequence and context ranks of one replica
+    the same rows."""
     if ctx.replica_size != parallel.replica:
         raise ValueError(
-            f"parallel.tensor={parallel.tensor} x .sequence={parallel.sequence} x .context="
-            f"{parallel.context} needs the role spawned with replica_size={parallel.replica} "
+            f"parallel.pipeline={parallel.pipeline} x .tensor={parallel.tensor} x .sequence="
+            f"{parallel.sequence} x .context={parallel.context} needs the role spawned with "
+            f"replica_size={parallel.replica} "
             f"(it has {ctx.replica_size}), so that the ranks splitting a replica's work are "
             "given the same rows"
         )

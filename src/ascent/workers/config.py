@@ -26,7 +26,7 @@ def pipeline_problem(role: str, model: ModelConfig, parallel: ParallelConfig) ->
         return None
     field = f"{role}.parallel.pipeline={parallel.pipeline}"
     if not model.packed:
-        return f"{field} runs packed micro-batches: set {role}.model.packing=packed"
+        return f"{field} runs packed rows: set model.packing=packed"
     if model.lora is not None:
         return f"{field} does not take LoRA adapters yet: drop model.lora, or set it to 1"
     return None

@@ -11,6 +11,7 @@ from ascent.engine.config import ModelConfig, ParallelConfig
 from ascent.models.families.registry import tensor_parallel_refusal
 from ascent.moe.checkpoint import expert_count
 from ascent.trainer.rl.config import RLConfig
+from ascent.workers.config import pipeline_problem
 
 
 def trained_roles(config: RLConfig, needs: Needs) -> list[tuple[str, ParallelConfig, ModelConfig]]:
@@ -41,19 +42,15 @@ def check_parallel(config: RLConfig, needs: Needs) -> None:
         if checkpoint is None:
             continue  # the model's own loading names the missing checkpoint
         check_experts(f"{role}.parallel.expert", parallel.expert, checkpoint, model.path)
-        split_rows = (("sequence", parallel.sequence), ("context", parallel.context))
-        for name, size in (*split_rows, ("pipeline", parallel.pipeline)):
+        for name, size in (("sequence", parallel.sequence), ("context", parallel.context)):
             if size > 1 and not model.packed:
                 raise ConfigError(
-                    f"{role}.parallel.{name}={size} {'runs' if name == 'pipeline' else 'splits'}"
-                    " packed rows: set "
+                    f"{role}.parallel.{name}={size} splits packed rows: set "
                     f"model.packing=packed (with attn_implementation="
                     f"{model.attn_implementation} the rows stay padded)"
                 )
         check_heads(f"{role}.parallel", parallel, checkpoint)
-        if parallel.pipeline > 1:
-            field = f"{role}.parallel.pipeline={parallel.pipeline}"
-            check_stages(field, parallel.pipeline, model, checkpoint)
+        check_stages(role, parallel, model, checkpoint)
         if parallel.tensor > 1:
             check_tensor_split(f"{role}.parallel.tensor={parallel.tensor}", parallel, checkpoint)
 
@@ -101,22 +98,27 @@ def check_heads(field: str, parallel: ParallelConfig, checkpoint: dict) -> None:
         )
 
 
-def check_stages(field: str, stages: int, model: ModelConfig, checkpoint: dict) -> None:
-    """A stage per rank needs a layer at least, an untied head (it lives on the last stage,
-    the embedding on the first), a text model and no LoRA adapters (not yet)."""
+def check_stages(role: str, parallel: ParallelConfig, model: ModelConfig, checkpoint: dict) -> None:
+    """Pipeline stages take packed rows and no LoRA adapters (the role's own check,
+    ``pipeline_problem``), a layer per stage at least, an untied head (it lives on the last
+    stage, the embedding on the first) and a text model."""
+    problem = pipeline_problem(role, model, parallel)
+    if problem is not None:
+        raise ConfigError(problem)
+    if parallel.pipeline == 1:
+        return
+    field = f"{role}.parallel.pipeline={parallel.pipeline}"
     text = checkpoint.get("text_config", checkpoint)
     layers = text.get("num_hidden_layers", 0)
     if "vision_config" in checkpoint:
         raise ConfigError(f"{field}: vision-language models are not cut into stages yet")
-    if layers and stages > layers:
+    if layers and parallel.pipeline > layers:
         raise ConfigError(f"{field} exceeds the model's {layers} layers ({model.path})")
     if text.get("tie_word_embeddings", checkpoint.get("tie_word_embeddings", False)):
         raise ConfigError(
             f"{field}: {model.path} ties its head to the embedding, which would live on "
             "different stages; untie them in the checkpoint, or set it to 1"
         )
-    if model.lora is not None:
-        raise ConfigError(f"{field} does not take LoRA adapters yet: drop model.lora")
 
 
 def check_tensor_split(field: str, parallel: ParallelConfig, checkpoint: dict) -> None:

@@ -30,11 +30,14 @@ def ascent_serve(
 
 
 @contextmanager
-def ascent_service(model_dir, log: Path, *flags: str, timeout: float = 120) -> Iterator:
-    """``ascent service MODEL_DIR --port P *flags`` (the Tinker API), up until the block
-    ends; its output in ``log``."""
+def ascent_service(
+    model_dir, log: Path, *flags: str, overrides: tuple[str, ...] = (), timeout: float = 120
+) -> Iterator:
+    """``ascent service MODEL_DIR *overrides --port P *flags`` (the Tinker API), up until
+    the block ends; its output in ``log``."""
     port = free_port()
-    command = [sys.executable, "-m", "ascent", "service", str(model_dir), "--port", str(port)]
+    command = [sys.executable, "-m", "ascent", "service", str(model_dir), *overrides]
+    command += ["--port", str(port)]
     server = ServerProcess([*command, *flags], port, log, {"TINKER_TELEMETRY": "0"})
     server.start(timeout)
     try:

@@ -7,8 +7,9 @@ a later block can use what an earlier one wrote. A block whose first line is a c
 a file (``# my_reward.py``, ``# my_grpo.yaml: ...``) is also written to that file first.
 
 - ```python: run in a fresh interpreter (registrations made by an example stay in it);
-- ```yaml: a config, loaded with ``ascent.config.load_config`` as an RL, SFT or reward-model
-  config (a fragment is loaded over placeholders for the required keys it leaves out);
+- ```yaml: a config, loaded with ``ascent.config.load_config`` as an RL, SFT, reward-model
+  or service config (a fragment is loaded over placeholders for the required keys it leaves
+  out);
 - ```bash: run with ``bash -e``, ``.venv/bin`` first on the PATH;
 - ```text: output or a listing, not code.
 
@@ -91,8 +92,10 @@ def _merge(base: dict, update: dict) -> dict:
 
 
 def validate_config(code: str, folder: Path) -> None:
-    """The block loads as an RL, SFT or reward-model config, with ascent's own loader."""
+    """The block loads as an RL, SFT, reward-model or service config, with ascent's own
+    loader."""
     from ascent.config import ConfigError, load_config
+    from ascent.service.config import ServiceConfig
     from ascent.trainer.rl.config import RLConfig
     from ascent.trainer.rm import RMConfig
     from ascent.trainer.sft import SFTConfig
@@ -100,9 +103,15 @@ def validate_config(code: str, folder: Path) -> None:
     data = yaml.safe_load(code)
     assert isinstance(data, dict), "a yaml block is a config: a mapping at the top level"
     file = folder / "_block_config.yaml"
-    file.write_text(yaml.safe_dump(_merge(PLACEHOLDERS, data)))
     errors = []
-    for model in (RLConfig, SFTConfig, RMConfig):
+    service = {"model": PLACEHOLDERS["model"]}  # a service reads no data
+    for model, placeholders in (
+        (RLConfig, PLACEHOLDERS),
+        (SFTConfig, PLACEHOLDERS),
+        (RMConfig, PLACEHOLDERS),
+        (ServiceConfig, service),
+    ):
+        file.write_text(yaml.safe_dump(_merge(placeholders, data)))
         try:
             load_config(model, file)
             return

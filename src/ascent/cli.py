@@ -99,12 +99,16 @@ def main(argv: list[str] | None = None) -> int:
     service = commands.add_parser(
         "service", help="the Tinker API (training and its clients) over a base checkpoint"
     )
-    service.add_argument("model_dir", help="the base model's transformers checkpoint")
-    service.add_argument("--name", help="the base model's name for clients (default: its own)")
-    service.add_argument("--root", default="tinker-service", help="where checkpoints go")
-    service.add_argument("--host", default="127.0.0.1")
-    service.add_argument("--port", type=int, default=8000)
-    service.add_argument("--tokens-per-micro-batch", type=int, default=8192)
+    service.add_argument(
+        "source", help="a YAML config (ServiceConfig), or the base model's checkpoint directory"
+    )
+    service.add_argument(
+        "overrides", nargs="*", help="dotted overrides, e.g. resources.devices_per_node=2"
+    )
+    service.add_argument("--name", help="the base model's name for clients (config: name)")
+    service.add_argument("--root", help="where checkpoints go (config: root)")
+    service.add_argument("--host", help="address to listen on (config: host)")
+    service.add_argument("--port", type=int, help="port to listen on (config: port)")
     report = commands.add_parser(
         "report", help="an HTML page of a run's curves, sample generations and config"
     )
@@ -159,15 +163,12 @@ def _run(args: argparse.Namespace) -> int:
             admin_token=args.admin_token,
         )
     if args.command == "service":
-        from ascent.service.main import run_service
+        from ascent.service.main import load_service_config, run_service
 
+        config = load_service_config(args.source, args.overrides)
+        flags = {key: getattr(args, key) for key in ("name", "root", "host", "port")}
         return run_service(
-            args.model_dir,
-            name=args.name,
-            root=args.root,
-            host=args.host,
-            port=args.port,
-            tokens_per_micro_batch=args.tokens_per_micro_batch,
+            config.model_copy(update={k: v for k, v in flags.items() if v is not None})
         )
     if args.command == "report":
         from ascent.report import write_report

@@ -31,6 +31,7 @@ from ascent.rewards.judge import JudgeConfig
 from ascent.rewards.manager import RewardConfig
 from ascent.rollout.config import ServerConfig
 from ascent.rollout.types import SamplingParams
+from ascent.service.config import SamplingSettings, ServiceConfig, TrainingSettings
 from ascent.teacher.endpoint import TeacherEndpointConfig
 from ascent.trainer.rl.config import (
     ActorSettings,
@@ -46,7 +47,6 @@ from ascent.trainer.rl.config import (
 from ascent.trainer.rl.rewards import RewardModelSettings
 from ascent.trainer.rl.teacher import TeacherSettings
 from ascent.trainer.rm import RMConfig, RMTrainerSettings
-from ascent.trainer.settings import ResourcesConfig
 from ascent.trainer.sft import SFTConfig, SFTTrainerSettings
 from ascent.trainer.tracking import TrackingConfig
 from ascent.workers.config import (
@@ -59,6 +59,7 @@ from ascent.workers.config import (
     RolloutCorrectionSettings,
     TeacherConfig,
 )
+from ascent.workers.resources import ResourcesConfig
 from ascent.workers.rollout import RolloutConfig
 
 DOCUMENTED: list[type[BaseModel]] = [
@@ -84,6 +85,9 @@ DOCUMENTED: list[type[BaseModel]] = [
     RMConfig,
     PreferenceDataConfig,
     RMTrainerSettings,
+    ServiceConfig,
+    TrainingSettings,
+    SamplingSettings,
     ResourcesConfig,
     TrackingConfig,
     ActorConfig,

@@ -8,7 +8,13 @@ import torch
 from ascent.engine.config import OptimConfig
 from ascent.engine.packing import pack_for_responses
 from ascent.engine.schedule import lr_multiplier
-from ascent.engine.token_budget import balance_rows, data_parallel_order, plan_micro_batches
+from ascent.engine.token_budget import (
+    balance_rows,
+    data_parallel_order,
+    plan_micro_batches,
+    spread_rows,
+    synchronized_micro_batches,
+)
 from tests.workers.data import rl_batch
 
 
@@ -75,6 +81,21 @@ def test_balance_rows_evens_out_the_token_totals():
     naive = [sum(tokens[:4]), sum(tokens[4:])]
     assert abs(halves[0] - halves[1]) < abs(naive[0] - naive[1])
     assert abs(halves[0] - halves[1]) <= 20
+
+
+def test_spread_rows_gives_every_row_once_by_load_and_may_leave_a_part_empty():
+    tokens = [10, 5, 2, 9]
+    parts = spread_rows(tokens, 2)
+    assert parts == [[0, 2], [1, 3]]  # 10 + 2 against 9 + 5
+    assert spread_rows([4], 3) == [[0], [], []]
+    assert spread_rows([], 2) == [[], []]
+
+
+def test_one_rank_with_no_rows_plans_no_micro_batch_when_it_may_fill():
+    """(With several ranks the others' count is made up of empty micro-batches: the Tinker
+    service's two-rank test.)"""
+    assert synchronized_micro_batches([], 8, torch.device("cpu"), fill_empty=True) == []
+    assert synchronized_micro_batches([3, 4], 8, torch.device("cpu"), fill_empty=True) == [[0, 1]]
 
 
 def test_learning_rate_schedules():

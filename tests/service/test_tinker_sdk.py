@@ -90,6 +90,30 @@ def test_policy_losses_are_the_documented_sums(client):
     result = training.forward([example], "ppo", loss_fn_config=config).result()
     clipped = torch.minimum(ratio * adv, ratio.clamp(0.9, 1.1) * adv)
     assert result.metrics["loss:sum"] == pytest.approx(-float(clipped.sum()), rel=1e-5)
+    result = training.forward([example], "cispo", loss_fn_config=config).result()
+    weighted = ratio.clamp(0.9, 1.1) * adv * lp
+    assert result.metrics["loss:sum"] == pytest.approx(-float(weighted.sum()), rel=1e-5)
+
+
+def test_a_custom_loss_trains_as_the_built_in_one_it_equals(client):
+    """``forward_backward_custom`` (the SDK's forward, the loss's gradient as cross-entropy
+    weights): -sum(lp) steps the weights exactly as cross_entropy with weights 1."""
+    clients = [
+        client.create_lora_training_client(base_model=BASE, rank=4, seed=7).result()
+        for _ in range(2)
+    ]
+    built_in, custom = clients
+    built_in.forward_backward([datum()], "cross_entropy").result()
+
+    def negative_log_likelihood(data, logprobs):
+        loss = -sum(lp.sum() for lp in logprobs)
+        return loss, {"nll": float(loss.detach())}
+
+    custom.forward_backward_custom([datum()], negative_log_likelihood).result()
+    for training in clients:
+        training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    after = [log_probs(c.forward([datum()], "cross_entropy").result()) for c in clients]
+    torch.testing.assert_close(after[1], after[0], atol=1e-6, rtol=0)
 
 
 def test_saved_state_comes_back_also_after_a_restart(client, server, monkeypatch):
@@ -126,6 +150,18 @@ def test_two_clients_keep_their_own_weights(client):
     torch.testing.assert_close(
         log_probs(second.forward([datum()], "cross_entropy").result()), before
     )
+
+
+def test_a_closed_client_frees_its_models_and_its_session_answers_gone(server, monkeypatch):
+    monkeypatch.setenv("TINKER_TELEMETRY", "0")
+    service = tinker.ServiceClient(base_url=server[0].url, api_key="tml-test")
+    model_id = service.create_lora_training_client(base_model=BASE, rank=4).result().model_id
+    service.close("success").result(timeout=30)
+    url = f"{server[0].url}/api/v1"
+    gone = httpx.post(f"{url}/get_info", json={"model_id": model_id})
+    assert gone.status_code == 410 and "has finished" in gone.json()["detail"]
+    beat = httpx.post(f"{url}/session_heartbeat", json={"session_id": model_id.split(":")[0]})
+    assert beat.status_code == 410
 
 
 def test_bad_input_gets_the_sdks_errors(client):

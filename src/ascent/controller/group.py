@@ -179,6 +179,16 @@ class WorkerGroup:
         )
 
 
+def resolve_backend(
+    backend: Literal["auto", "ray", "in-process"], pool: ResourcePool, ray_address: str | None
+) -> str:
+    """The backend "auto" means: in-process for a one-device pool without a Ray address,
+    else Ray."""
+    if backend != "auto":
+        return backend
+    return "in-process" if pool.world_size == 1 and ray_address is None else "ray"
+
+
 def spawn_groups(
     roles: dict[str, Role],
     pool: ResourcePool,
@@ -201,8 +211,7 @@ def spawn_groups(
     """
     if not roles:
         raise ValueError("spawn_groups needs at least one role")
-    if backend == "auto":
-        backend = "in-process" if pool.world_size == 1 and ray_address is None else "ray"
+    backend = resolve_backend(backend, pool, ray_address)
     if backend == "in-process":
         from ascent.controller.local_backend import LocalHosts
 

@@ -93,16 +93,39 @@ def padded_plan(tokens: list[int], budget: int) -> list[list[int]]:
 
 
 def synchronized_micro_batches(
-    tokens: list[int], budget: int, device: torch.device, padded: bool = False
+    tokens: list[int],
+    budget: int,
+    device: torch.device,
+    padded: bool = False,
+    fill_empty: bool = False,
 ) -> list[list[int]]:
-    """``plan_micro_batches`` with the same count on every rank of the default group."""
-    plan = plan_micro_batches(tokens, budget, padded=padded)
+    """``plan_micro_batches`` with the same count on every rank of the default group.
+
+    ``fill_empty``: a rank with fewer rows than the agreed count (or none) gets empty
+    micro-batches to make it up, for which its caller runs a filler pass of no weight;
+    without it such a rank is an error."""
+    plan = plan_micro_batches(tokens, budget, padded=padded) if tokens or not fill_empty else []
     if dist.is_initialized() and dist.get_world_size() > 1:
         count = torch.tensor([len(plan)], device=device)
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
-        if int(count) > len(plan):
-            plan = plan_micro_batches(tokens, budget, min_count=int(count), padded=padded)
+        count = int(count)
+        if count > len(plan) and tokens:
+            rows = min(count, len(tokens)) if fill_empty else count
+            plan = plan_micro_batches(tokens, budget, min_count=rows, padded=padded)
+        plan += [[] for _ in range(count - len(plan))]
     return plan
+
+
+def spread_rows(tokens: list[int], parts: int) -> list[list[int]]:
+    """Rows over ``parts`` ranks by token count, any number each (a part may get none):
+    rows by decreasing tokens, each to the lightest part. Indices ascending within a part."""
+    members: list[list[int]] = [[] for _ in range(parts)]
+    loads = [0] * parts
+    for row in sorted(range(len(tokens)), key=lambda r: (-tokens[r], r)):
+        part = min(range(parts), key=lambda p: (loads[p], p))
+        members[part].append(row)
+        loads[part] += tokens[row]
+    return [sorted(part) for part in members]
 
 
 def balance_rows(tokens: list[int], parts: int) -> list[int]:

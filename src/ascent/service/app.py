@@ -12,8 +12,9 @@ instead of retrying; a call that fails while it runs fails its future (the SDK's
 """
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from ascent.service.futures import Outcome
+from ascent.service.model_worker import merge_outputs
 from ascent.service.sampling import (
     SamplingSession,
     prompt_ids,
@@ -28,11 +30,11 @@ from ascent.service.sampling import (
     sampler_info,
     sampling_params,
 )
+from ascent.service.sessions import SessionFinished
 from ascent.service.state import ServiceState, TrainedModel, UnknownId
 from ascent.service.wire import WireError, decode_forward_backward, encode_forward_backward_output
 
 PROTOBUF = "application/x-protobuf"
-KEEP = 2  # snapshot sampling sessions kept per model (the newest)
 
 
 async def body_of(request: Request) -> dict:
@@ -51,9 +53,32 @@ def field_of(body: dict, name: str) -> Any:
     return body[name]
 
 
+@contextlib.asynccontextmanager
+async def lifespan(state: ServiceState) -> AsyncIterator[None]:
+    """While the server runs, sessions that went silent are ended; when it stops, every
+    model's ranks and every engine are."""
+
+    async def end_silent() -> None:
+        while True:
+            await asyncio.sleep(min(state.sessions.timeout_s / 4, 30.0))
+            for session_id in state.sessions.silent():
+                await state.end_session(session_id)
+
+    watch = asyncio.create_task(end_silent())
+    try:
+        yield
+    finally:
+        watch.cancel()
+        await asyncio.to_thread(state.close)
+
+
 def build_app(state: ServiceState) -> FastAPI:
     """The FastAPI app of ``state`` (module docstring)."""
-    app = FastAPI(title="ascent service (Tinker API)")
+    app = FastAPI(title="ascent service (Tinker API)", lifespan=lambda _: lifespan(state))
+
+    @app.exception_handler(SessionFinished)
+    async def finished(_: Request, error: SessionFinished) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=410)
 
     @app.exception_handler(UnknownId)
     async def unknown(_: Request, error: UnknownId) -> JSONResponse:
@@ -93,10 +118,11 @@ def build_app(state: ServiceState) -> FastAPI:
 
     @app.post("/api/v1/create_session")
     async def create_session() -> dict:
-        return {"type": "create_session", "session_id": state.new_session()}
+        return {"type": "create_session", "session_id": state.sessions.new()}
 
     @app.post("/api/v1/session_heartbeat")
-    async def heartbeat() -> dict:
+    async def heartbeat(request: Request) -> dict:
+        state.sessions.beat(field_of(await body_of(request), "session_id"))
         return {"type": "session_heartbeat"}
 
     @app.post("/api/v1/telemetry")
@@ -105,6 +131,7 @@ def build_app(state: ServiceState) -> FastAPI:
 
     @app.post("/api/v1/sessions/{session_id}/finish")
     async def finish(session_id: str) -> dict:
+        await state.end_session(session_id)
         return {}
 
     @app.get("/api/v1/healthz")
@@ -144,12 +171,13 @@ def build_app(state: ServiceState) -> FastAPI:
         model = state.model(call.model_id)
 
         async def run() -> Outcome:
-            log_probs, metrics = await model.calls.run(
+            parts = await model.calls.run(
                 call.seq_id,
                 lambda: model.group.forward_backward(
                     call.data, call.loss_fn, call.config, call.forward_only
-                )[0],
+                ),
             )
+            log_probs, metrics = merge_outputs(parts, len(call.data))
             return Outcome("proto", encode_forward_backward_output(log_probs, metrics))
 
         return model_future(model, call.seq_id, run, model_id=call.model_id)
@@ -209,7 +237,7 @@ def build_app(state: ServiceState) -> FastAPI:
             if session_id is not None:
                 made = SamplingSession(session_id, model.base_model, directory, path)
                 state.samplers.add(made)
-                retire = lambda: state.samplers.retire_snapshots(directory.parent, KEEP)  # noqa: E731
+                retire = lambda: state.samplers.retire_snapshots(directory.parent)  # noqa: E731
                 await asyncio.get_running_loop().run_in_executor(state.executor, retire)
             return Outcome("json", {**answer, "type": "save_weights_for_sampler"})
 
@@ -218,6 +246,7 @@ def build_app(state: ServiceState) -> FastAPI:
     @app.post("/api/v1/create_sampling_session")
     async def create_sampling_session(request: Request) -> dict:
         body = await body_of(request)
+        state.sessions.check(field_of(body, "session_id"))
         session_id = (
             f"{field_of(body, 'session_id')}:sample:{field_of(body, 'sampling_session_seq_id')}"
         )

@@ -10,6 +10,8 @@ trained model, and the loss inputs (N,) each:
     ppo                   L = - sum_i min(r_i A_i, clip(r_i, lo, hi) A_i), r_i = exp(lp_i - q_i),
                           lo, hi: loss_fn_config clip_low_threshold (0.8), clip_high_threshold
                           (1.2)
+    cispo                 L = - sum_i sg(clip(r_i, lo, hi)) A_i lp_i (the clipped ratio is a
+                          weight, so a clipped token still has a gradient); lo, hi as for ppo
 
 Each reports ``loss:sum`` (the client sums it over the chunks of one call).
 """
@@ -38,16 +40,29 @@ def importance_sampling(log_probs: Tensor, inputs: dict[str, Tensor], config: di
 
 def ppo(log_probs: Tensor, inputs: dict[str, Tensor], config: dict) -> Tensor:
     ratio = torch.exp(log_probs - inputs["logprobs"])
-    low = float(config.get("clip_low_threshold", 0.8))
-    high = float(config.get("clip_high_threshold", 1.2))
+    low, high = clip_range(config)
     advantages = inputs["advantages"]
     return -torch.minimum(ratio * advantages, ratio.clamp(low, high) * advantages).sum()
+
+
+def cispo(log_probs: Tensor, inputs: dict[str, Tensor], config: dict) -> Tensor:
+    ratio = torch.exp(log_probs.detach() - inputs["logprobs"])
+    low, high = clip_range(config)
+    return -(ratio.clamp(low, high) * inputs["advantages"] * log_probs).sum()
+
+
+def clip_range(config: dict) -> tuple[float, float]:
+    """(lo, hi) of the ratio's clip from ``loss_fn_config``."""
+    return float(config.get("clip_low_threshold", 0.8)), float(
+        config.get("clip_high_threshold", 1.2)
+    )
 
 
 LOSSES: dict[str, tuple[Loss, tuple[str, ...]]] = {
     "cross_entropy": (cross_entropy, ("target_tokens",)),
     "importance_sampling": (importance_sampling, ("target_tokens", "logprobs", "advantages")),
     "ppo": (ppo, ("target_tokens", "logprobs", "advantages")),
+    "cispo": (cispo, ("target_tokens", "logprobs", "advantages")),
 }
 
 

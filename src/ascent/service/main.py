@@ -1,41 +1,49 @@
-"""``ascent service MODEL_DIR``: serve the Tinker API over a base checkpoint (uvicorn)."""
+"""``ascent service SOURCE [key=value ...]``: serve the Tinker API (uvicorn) with the settings
+of ``ascent.service.config``; SOURCE is a YAML config or the base checkpoint's directory."""
 
-import json
 from pathlib import Path
 
-
-def base_model_name(model_dir: str, name: str | None) -> str:
-    """What clients call the base model: ``name``, else the checkpoint's own
-    ``_name_or_path``, else the directory."""
-    if name:
-        return name
-    config = Path(model_dir) / "config.json"
-    own = json.loads(config.read_text()).get("_name_or_path") if config.is_file() else None
-    return own or str(model_dir)
+from ascent.config import load_config
+from ascent.controller.group import resolve_backend
+from ascent.controller.ray_backend import ensure_ray
+from ascent.service.config import ServiceConfig, service_config_source
 
 
-def run_service(
-    model_dir: str,
-    *,
-    name: str | None = None,
-    root: str = "tinker-service",
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    tokens_per_micro_batch: int = 8192,
-) -> int:
+def load_service_config(source: str, overrides: list[str]) -> ServiceConfig:
+    """The service's config from SOURCE and dotted overrides (``service_config_source``)."""
+    path, first = service_config_source(source)
+    return load_config(ServiceConfig, path, [*first, *overrides])
+
+
+def run_service(config: ServiceConfig) -> int:
     """Serve until interrupted; returns the exit code."""
     import uvicorn
 
     from ascent.service.app import build_app
     from ascent.service.state import ServiceState
 
-    if not (Path(model_dir) / "config.json").is_file():
-        print(f"ascent service: {model_dir} is not a transformers checkpoint (no config.json)")
+    if not (Path(config.model.path) / "config.json").is_file():
+        print(
+            f"ascent service: {config.model.path} is not a transformers checkpoint (no config.json)"
+        )
         return 2
-    served = base_model_name(model_dir, name)
-    state = ServiceState(
-        {served: str(model_dir)}, Path(root), tokens_per_micro_batch=tokens_per_micro_batch
+    resources = config.resources
+    backend = resolve_backend(resources.backend, resources.pool(), resources.ray_address)
+    if backend == "ray":
+        # Now, in the main thread: uvicorn's signal handlers, installed after Ray's, then
+        # stop the server (and its models' ranks) on SIGTERM instead of Ray's killing it.
+        ensure_ray(resources.ray_address)
+    print(
+        f"ascent service: base model {config.served_name()!r} from {config.model.path}; "
+        f"{resources.world_size} rank(s) per trained model ({backend}, {resources.device}); "
+        f"checkpoints in {config.root}"
     )
-    print(f"ascent service: base model {served!r} from {model_dir}; checkpoints in {root}")
-    uvicorn.run(build_app(state), host=host, port=port, log_level="warning")
+    try:
+        app = build_app(ServiceState(config))
+        uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
+    finally:
+        if backend == "ray":
+            import ray
+
+            ray.shutdown()
     return 0

@@ -6,22 +6,31 @@ datum, so none attends across), scores each position's target token with the eng
 chunked log-prob head, and sums each datum's loss (``ascent.service.losses``); gradients
 add up until ``optim_step``, which runs AdamW with the client's parameters (learning rate,
 betas, eps, decoupled weight decay, and clipping at ``grad_clip_norm`` unless 0).
+
+On W ranks (data parallel, FSDP2 over all of them) every rank gets the whole call and takes
+its share of the datums (``spread_rows``, by tokens); the ranks agree on one number of
+micro-batches, a rank short of datums running filler passes of no weight. FSDP averages the
+gradients over the ranks, so each rank's loss is scaled by W: the sum of every datum's
+gradient, as on one rank. Each rank returns its datums' outputs (``RankOutputs``); the
+driver puts them back in order (``merge_outputs``).
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from ascent.controller import Dispatch, Worker, register
-from ascent.engine.config import FSDPConfig, LoraSettings, OptimConfig
+from ascent.engine.config import LoraSettings, ModelConfig
 from ascent.engine.export import export_hf
 from ascent.engine.fsdp import TrainEngine
 from ascent.engine.modules import PolicyModule
 from ascent.engine.state import load_engine, save_engine
-from ascent.engine.token_budget import plan_micro_batches
+from ascent.engine.token_budget import spread_rows, synchronized_micro_batches
 from ascent.models.loading import load_causal_lm
 from ascent.models.lora import apply_lora
+from ascent.service.config import TrainingSettings
 from ascent.service.losses import loss_of
 from ascent.service.wire import Datum, WireError
 
@@ -32,41 +41,71 @@ LORA_TARGETS = {
     "train_attn": ("q_proj", "k_proj", "v_proj", "o_proj"),
     "train_mlp": ("gate_proj", "up_proj", "down_proj"),
 }
-LORA_ALPHA = 32.0  # the adapters' scale is alpha / rank
+# A filler pass (a rank with no datum left for a micro-batch the others run): one token.
+FILLER = Datum(
+    torch.zeros(1, dtype=torch.long), {"target_tokens": torch.zeros(1, dtype=torch.long)}
+)
+
+
+@dataclass
+class RankOutputs:
+    """One rank's part of a ``forward_backward``: its datums' indices in the call, their
+    target log-probs (N_i,), and the sum of their losses."""
+
+    indices: list[int]
+    log_probs: list[Tensor]
+    loss_sum: float
+
+
+def merge_outputs(parts: list[RankOutputs], count: int) -> tuple[list[Tensor], dict[str, float]]:
+    """Every rank's part -> the call's per-datum log-probs in order, and ``loss:sum``."""
+    outputs: list[Tensor | None] = [None] * count
+    for part in parts:
+        for index, log_probs in zip(part.indices, part.log_probs, strict=True):
+            outputs[index] = log_probs
+    missing = [index for index, out in enumerate(outputs) if out is None]
+    if missing:
+        raise RuntimeError(f"no rank scored datums {missing}")
+    return outputs, {"loss:sum": sum(part.loss_sum for part in parts)}
+
+
+def lora_settings(lora: dict, alpha: float) -> LoraSettings:
+    """The create_model request's ``lora_config`` (rank, train_attn / train_mlp) as peft's."""
+    targets = [
+        name for switch, names in LORA_TARGETS.items() if lora.get(switch, True) for name in names
+    ]
+    if not targets:
+        raise WireError(
+            "lora_config trains nothing: set train_attn or train_mlp (the head has none)"
+        )
+    return LoraSettings(rank=lora["rank"], alpha=alpha, target_modules=targets)
 
 
 class TinkerModelWorker(Worker):
     """``forward_backward``, ``optim_step``, ``save_state`` / ``load_state`` of one model.
 
-    ``settings``: ``path`` (the base checkpoint), ``lora`` (the create_model request's
-    ``lora_config``: rank, seed, train_attn / train_mlp / train_unembed; None for all
-    weights), ``tokens_per_micro_batch``, ``chunk_tokens``."""
+    ``model``: the base checkpoint; ``training``: the service's settings of every trained
+    model; ``lora``: the create_model request's ``lora_config`` (rank, seed, train_attn /
+    train_mlp / train_unembed), None for all weights."""
 
-    def __init__(self, settings: dict) -> None:
-        if self.ctx.world_size != 1:
-            raise ValueError("a Tinker model runs on one rank for now (ranks=1)")
-        model = load_causal_lm(settings["path"])
-        self.vocab = model.get_output_embeddings().weight.shape[0]
-        lora = settings.get("lora")
+    def __init__(self, model: ModelConfig, training: TrainingSettings, lora: dict | None) -> None:
+        network = load_causal_lm(
+            model.path,
+            trust_remote_code=model.trust_remote_code,
+            attn_implementation=model.attn_implementation,
+        )
+        self.vocab = network.get_output_embeddings().weight.shape[0]
         if lora is not None:
-            torch.manual_seed(lora.get("seed") or 0)  # the adapters' initialisation
-            targets = [
-                name
-                for switch, names in LORA_TARGETS.items()
-                if lora.get(switch, True)
-                for name in names
-            ]
-            if not targets:
-                raise WireError(
-                    "lora_config trains nothing: set train_attn or train_mlp (the head has none)"
-                )
-            model = apply_lora(
-                model, LoraSettings(rank=lora["rank"], alpha=LORA_ALPHA, target_modules=targets)
-            )
-        self.budget = settings.get("tokens_per_micro_batch", 8192)
-        module = PolicyModule(model, chunk_tokens=settings.get("chunk_tokens", 1024))
+            settings = lora_settings(lora, training.lora_alpha)
+            torch.manual_seed(lora.get("seed") or 0)  # the adapters' initialisation, every rank
+            network = apply_lora(network, settings)
+        self.budget = training.tokens_per_micro_batch
         self.engine = TrainEngine(
-            module, device=self.device, fsdp=FSDPConfig(), optim=OptimConfig(lr=1e-4)
+            PolicyModule(network, chunk_tokens=training.chunk_tokens),
+            device=self.device,
+            fsdp=training.fsdp,
+            optim=training.optim(),
+            gradient_checkpointing=model.gradient_checkpointing,
         )
 
     def _check(self, datum: Datum, index: int, needs: tuple[str, ...]) -> None:
@@ -109,27 +148,37 @@ class TinkerModelWorker(Worker):
     @register(Dispatch.ALL)
     def forward_backward(
         self, data: list[Datum], loss_fn: str, config: dict, forward_only: bool
-    ) -> tuple[list[Tensor], dict[str, float]]:
-        """Per-datum target log-probs and ``loss:sum``; with ``forward_only`` no gradient."""
+    ) -> RankOutputs:
+        """This rank's datums' target log-probs and loss sum; with ``forward_only`` no
+        gradient (module docstring)."""
         loss, needs = loss_of(loss_fn)
         for index, datum in enumerate(data):
             self._check(datum, index, needs)
         self.engine.train(not forward_only)
-        outputs: list[Tensor | None] = [None] * len(data)
-        total = 0.0
-        plan = plan_micro_batches([d.tokens.numel() for d in data], self.budget)
+        ranks, rank = self.ctx.world_size, self.ctx.rank
+        mine = spread_rows([d.tokens.numel() for d in data], ranks)[rank]
+        plan = synchronized_micro_batches(
+            [data[i].tokens.numel() for i in mine], self.budget, self.device, fill_empty=True
+        )
+        result = RankOutputs([], [], 0.0)
         for group in plan:
-            part = [data[i] for i in group]
+            part = [data[mine[i]] for i in group] or [FILLER]
             with torch.set_grad_enabled(not forward_only):
                 log_probs = self._log_probs(part)
-                inputs = [{k: v.to(self.device) for k, v in d.inputs.items()} for d in part]
-                value = sum(loss(lp, i, config) for lp, i in zip(log_probs, inputs, strict=True))
+                if not group:  # a filler: the passes' collectives, nothing learnt
+                    value = 0.0 * log_probs[0].sum()
+                else:
+                    inputs = [{k: v.to(self.device) for k, v in d.inputs.items()} for d in part]
+                    value = sum(
+                        loss(lp, i, config) for lp, i in zip(log_probs, inputs, strict=True)
+                    )
             if not forward_only:
-                self.engine.backward(value)
-            total += float(value.detach())
-            for index, lp in zip(group, log_probs, strict=True):
-                outputs[index] = lp.detach().cpu()
-        return outputs, {"loss:sum": total}
+                self.engine.backward(value * ranks)  # FSDP averages over the ranks
+            if group:
+                result.loss_sum += float(value.detach())
+                result.indices += [mine[i] for i in group]
+                result.log_probs += [lp.detach().cpu() for lp in log_probs]
+        return result
 
     @register(Dispatch.ALL)
     def optim_step(self, adam: dict) -> dict[str, float]:
@@ -148,7 +197,7 @@ class TinkerModelWorker(Worker):
         engine.optim_config = engine.optim_config.model_copy(update={"grad_clip": clip})
         result = engine.step()
         metrics = {"grad_norm:mean": result.grad_norm, "learning_rate:mean": adam["learning_rate"]}
-        return {k: float(v) for k, v in metrics.items()}
+        return {k: float(v) for k, v in metrics.items()}  # the same on every rank
 
     @register(Dispatch.ALL)
     def save_state(self, directory: str, with_optimizer: bool = True) -> None:

@@ -4,7 +4,7 @@ native engine, and returns every sampled token's log-prob (what an RL loop train
 
 Each session's weights are a transformers checkpoint on disk (the merged weights of its
 model when it was made), so a session outlives the engine that served it: at most
-``engines`` engines stay loaded, the least recently used one closed first, and a session
+``sampling.engines`` engines stay loaded, the least recently used one closed first, and a session
 whose engine was closed loads it again. Of a model's snapshot sessions
 (``save_weights_and_get_sampling_client``, one per RL step) only the newest few are kept,
 weights and all (``retire_snapshots``).
@@ -25,10 +25,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from ascent.engine.config import ModelConfig
 from ascent.rollout.engine import NativeEngine
-from ascent.rollout.engine_settings import EngineSettings
+from ascent.rollout.engine_settings import EngineLimits, EngineSettings
 from ascent.rollout.native_backend import NativeBackend
 from ascent.rollout.types import SamplingParams
+from ascent.service.config import SamplingSettings
 from ascent.service.wire import WireError, protos
 
 
@@ -73,8 +75,10 @@ def sampling_params(request: dict) -> SamplingParams:
 class Samplers:
     """Sampling sessions and the engines that serve them (module docstring)."""
 
-    def __init__(self, device: torch.device, engines: int = 2, max_model_len: int = 2048) -> None:
-        self.device, self.limit, self.max_model_len = device, engines, max_model_len
+    def __init__(self, settings: SamplingSettings, model: ModelConfig, device: str) -> None:
+        """``settings``: the engines' limits and how many stay loaded; ``model``: how the
+        base checkpoint loads (each session's weights load the same way, from their path)."""
+        self.settings, self.model, self.device = settings, model, torch.device(device)
         self.sessions: dict[str, SamplingSession] = {}
         self.loaded: OrderedDict[Path, NativeBackend] = OrderedDict()
         self.busy: Counter[str] = Counter()  # session -> its requests being sampled
@@ -82,12 +86,13 @@ class Samplers:
     def add(self, session: SamplingSession) -> None:
         self.sessions[session.session_id] = session
 
-    def retire_snapshots(self, directory: Path, keep: int) -> None:
-        """Keep the ``keep`` newest snapshot sessions whose weights lie in ``directory`` (a
-        model's ``sampler_sessions``); close and delete the older ones. An RL loop makes a
-        session per step and never goes back: without this, every step's merged weights
-        would stay on disk."""
+    def retire_snapshots(self, directory: Path) -> None:
+        """Keep the ``snapshots_kept`` newest snapshot sessions whose weights lie in
+        ``directory`` (a model's ``sampler_sessions``); close and delete the older ones. An
+        RL loop makes a session per step and never goes back: without this, every step's
+        merged weights would stay on disk."""
         snapshots = [s for s in self.sessions.values() if s.weights.parent == directory]
+        keep = self.settings.snapshots_kept
         for old in snapshots[: max(len(snapshots) - keep, 0)]:
             if self.busy[old.session_id]:
                 continue  # still sampling: retired by a later call
@@ -97,20 +102,35 @@ class Samplers:
                 asyncio.run(backend.close())
             shutil.rmtree(old.weights, ignore_errors=True)
 
+    def forget(self, client_session: str) -> None:
+        """Drop the sampling sessions a client session opened (it ended), and the engines
+        no session uses any more."""
+        for session_id in [s for s in self.sessions if s.split(":", 1)[0] == client_session]:
+            if not self.busy[session_id]:  # one still sampling keeps its engine
+                del self.sessions[session_id]
+        used = {s.weights for s in self.sessions.values()}
+        for weights in [w for w in self.loaded if w not in used]:
+            asyncio.run(self.loaded.pop(weights).close())
+
+    def close(self) -> None:
+        """Close every engine."""
+        while self.loaded:
+            asyncio.run(self.loaded.popitem()[1].close())
+
     def backend(self, session: SamplingSession) -> NativeBackend:
         """The engine of ``session``'s weights, loaded if it is not (call off the event
         loop: loading takes seconds)."""
         if session.weights in self.loaded:
             self.loaded.move_to_end(session.weights)
             return self.loaded[session.weights]
-        while len(self.loaded) >= self.limit:
+        while len(self.loaded) >= self.settings.engines:
             _, oldest = self.loaded.popitem(last=False)
             asyncio.run(oldest.close())  # its step thread ends (this is a worker thread)
         from ascent.models.loading import load_tokenizer
 
-        settings = EngineSettings(
-            model={"path": str(session.weights)}, max_model_len=self.max_model_len
-        )
+        limits = self.settings.model_dump(include=set(EngineLimits.model_fields))
+        model = self.model.model_copy(update={"path": str(session.weights)})
+        settings = EngineSettings(model=model, **limits)
         tokenizer = load_tokenizer(str(session.weights))
         backend = NativeBackend(NativeEngine.load(settings, self.device, tokenizer), tokenizer)
         self.loaded[session.weights] = backend

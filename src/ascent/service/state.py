@@ -2,30 +2,29 @@
 so concurrent clients never share weights or optimiser state), futures, and checkpoints
 under ``root`` by their ``tinker://`` paths.
 
-Ids are the SDK's: a session ``sess-<n>``; a model ``<session>:train:<n>`` (the client
-derives it itself when it resumes from a checkpoint); a checkpoint
+Each model's ranks come from the config's ``resources`` (one device: in this process;
+more: over Ray, a process per rank), its engine from ``training``.
+
+Ids are the SDK's: a session ``sess-<start>-<n>`` (``ascent.service.sessions``); a model
+``<session>:train:<n>`` (the client derives it itself when it resumes from a checkpoint); a
+checkpoint
 ``tinker://<model>/weights/<name>`` (training state) or ``.../sampler_weights/<name>``
 (merged weights), stored at ``root/<model>/weights/<name>``.
 """
 
 import asyncio
-import itertools
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from ascent.controller import ResourcePool, WorkerGroup, spawn_group
+from ascent.controller import WorkerGroup, spawn_group
+from ascent.service.config import ServiceConfig
 from ascent.service.futures import Futures, Sequenced
 from ascent.service.model_worker import TinkerModelWorker
 from ascent.service.sampling import Samplers, SamplingSession
-
-
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
+from ascent.service.sessions import Sessions, session_of
 
 SCHEME = "tinker://"
 
@@ -59,19 +58,48 @@ class TrainedModel:
 
 @dataclass
 class ServiceState:
-    base_models: dict[str, str]  # name the client asks for -> local checkpoint directory
-    root: Path  # where checkpoints are written
-    poll_s: float = 20.0  # how long a retrieve_future is held while the call runs
-    tokens_per_micro_batch: int = 8192
-    sessions: itertools.count = field(default_factory=itertools.count)
+    config: ServiceConfig
     models: dict[str, TrainedModel] = field(default_factory=dict)
     futures: Futures = field(default_factory=Futures)
     # torch work runs here, one call at a time: models interleave call by call
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1))
-    samplers: Samplers = field(default_factory=lambda: Samplers(default_device()))
+    samplers: Samplers = field(init=False)
+    sessions: Sessions = field(init=False)
+    base_models: dict[str, str] = field(init=False)  # name clients use -> checkpoint directory
 
-    def new_session(self) -> str:
-        return f"sess-{next(self.sessions)}"
+    def __post_init__(self) -> None:
+        self.base_models = {self.config.served_name(): self.config.model.path}
+        self.root = Path(self.config.root)
+        self.poll_s = self.config.poll_s
+        self.sessions = Sessions(self.config.session_timeout_s)
+        self.samplers = Samplers(
+            self.config.sampling, self.config.model, self.config.resources.device
+        )
+
+    async def end_session(self, session_id: str) -> None:
+        """Free what ``session_id`` held (``ascent.service.sessions``); its calls already
+        queued run first."""
+        if not self.sessions.finish(session_id):
+            return
+        ended = [m for m in self.models.values() if session_of(m.model_id) == session_id]
+        for model in ended:
+            del self.models[model.model_id]
+
+        def free() -> None:
+            for model in ended:
+                model.group.shutdown()
+                shutil.rmtree(self.root / model.model_id / "sampler_sessions", ignore_errors=True)
+            self.samplers.forget(session_id)
+
+        await asyncio.get_running_loop().run_in_executor(self.executor, free)
+
+    def close(self) -> None:
+        """Stop every model's ranks and every engine (the server is stopping)."""
+        for model in self.models.values():
+            model.group.shutdown()
+        self.models.clear()
+        self.samplers.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
     def base_path(self, name: str) -> str:
         if name not in self.base_models:
@@ -82,20 +110,24 @@ class ServiceState:
 
     def model(self, model_id: str) -> TrainedModel:
         if model_id not in self.models:
+            self.sessions.check(session_of(model_id))
             raise UnknownId(f"unknown model id {model_id!r}")
         return self.models[model_id]
 
     async def create_model(self, model_id: str, base_model: str, lora: dict | None) -> TrainedModel:
-        settings = {
-            "path": self.base_path(base_model),
-            "lora": lora,
-            "tokens_per_micro_batch": self.tokens_per_micro_batch,
-        }
+        self.sessions.check(session_of(model_id))
+        config = self.config
+        base = config.model.model_copy(update={"path": self.base_path(base_model)})
+        resources = config.resources
         loop = asyncio.get_running_loop()
         group = await loop.run_in_executor(
             self.executor,
             lambda: spawn_group(
-                TinkerModelWorker, ResourcePool(), args=(settings,), backend="in-process"
+                TinkerModelWorker,
+                resources.pool(),
+                args=(base, config.training, lora),
+                backend=resources.backend,
+                ray_address=resources.ray_address,
             ),
         )
         model = TrainedModel(model_id, base_model, lora, group, Sequenced(self.executor))
@@ -111,6 +143,7 @@ class ServiceState:
 
     def sampling_session(self, session_id: str) -> SamplingSession:
         if session_id not in self.samplers.sessions:
+            self.sessions.check(session_of(session_id))
             raise UnknownId(f"unknown sampling session {session_id!r}")
         return self.samplers.sessions[session_id]
 

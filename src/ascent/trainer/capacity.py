@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from ascent.trainer.run_dir import CannotStart
-from ascent.trainer.settings import ResourcesConfig
+from ascent.workers.resources import ResourcesConfig
 
 
 class NotEnoughResources(CannotStart):

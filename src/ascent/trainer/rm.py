@@ -19,10 +19,10 @@ from ascent.data.preference import PreferenceDataConfig, load_preference_pairs
 from ascent.engine import FSDPConfig, ModelConfig, OptimConfig
 from ascent.engine.config import Strict
 from ascent.models.loading import load_tokenizer
-from ascent.trainer.settings import ResourcesConfig
 from ascent.trainer.sft import SFTTrainerSettings
 from ascent.trainer.supervised import SupervisedTask, run_supervised
 from ascent.trainer.tracking import TrackingConfig
+from ascent.workers.resources import ResourcesConfig
 from ascent.workers.reward_trainer import RewardTrainerConfig, RewardTrainerWorker, collate_pairs
 
 

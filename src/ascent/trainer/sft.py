@@ -17,9 +17,10 @@ from ascent.data.sft import SFTDataConfig, SFTExample, load_sft_examples
 from ascent.engine import FSDPConfig, ModelConfig, OptimConfig
 from ascent.engine.config import Strict
 from ascent.models.loading import load_tokenizer
-from ascent.trainer.settings import ResourcesConfig, RunSettings
+from ascent.trainer.settings import RunSettings
 from ascent.trainer.supervised import SupervisedTask, run_supervised
 from ascent.trainer.tracking import TrackingConfig
+from ascent.workers.resources import ResourcesConfig
 from ascent.workers.sft import SFTWorker, SFTWorkerConfig
 
 

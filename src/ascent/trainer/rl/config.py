@@ -18,9 +18,10 @@ from ascent.rollout.types import SamplingParams
 from ascent.trainer.rl.presets import PRESETS
 from ascent.trainer.rl.rewards import RewardModelSettings
 from ascent.trainer.rl.teacher import TeacherSettings
-from ascent.trainer.settings import ResourcesConfig, RunSettings
+from ascent.trainer.settings import RunSettings
 from ascent.trainer.tracking import TrackingConfig
 from ascent.workers.config import RolloutCorrectionSettings
+from ascent.workers.resources import ResourcesConfig
 
 SAMPLING = SamplingParams()  # sampling defaults are SamplingParams'
 

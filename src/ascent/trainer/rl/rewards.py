@@ -26,7 +26,7 @@ from ascent.engine.config import Strict
 from ascent.rewards.judge import Judge, prompt_text
 from ascent.rewards.manager import RewardManager, response_texts
 from ascent.rewards.tokens import token_rewards
-from ascent.trainer.settings import ResourcesConfig
+from ascent.workers.resources import ResourcesConfig
 from ascent.workers.reward_model import RewardModelConfig
 
 

@@ -16,8 +16,8 @@ from ascent.algos.kl import kl_estimator_name
 from ascent.batch import Batch
 from ascent.engine.config import FSDPConfig, ModelConfig, Strict
 from ascent.teacher.endpoint import TeacherEndpointConfig
-from ascent.trainer.settings import ResourcesConfig
 from ascent.workers.config import DistillLossSettings
+from ascent.workers.resources import ResourcesConfig
 
 
 class TeacherSettings(Strict):

@@ -49,6 +49,12 @@ def trajectory(url: str) -> tuple[list, str]:
         seen.append((log_probs(result), result.metrics["loss:sum"]))
         training.optim_step(types.AdamParams(learning_rate=2e-2)).result()
         seen.append((log_probs(training.forward(CALL, "cross_entropy").result()), None))
+    short = types.Datum(
+        model_input=types.ModelInput.from_ints([1, 2]),
+        loss_fn_inputs={"target_tokens": [1, 2, 3], "weights": [1.0] * 3},
+    )
+    with pytest.raises(tinker.RequestFailedError, match=r"datum 1: .* must be \[2\]"):
+        training.forward_backward([ALONE[0], short], "cross_entropy").result()  # every rank
     path = training.save_state("after-two").result().path
     service.close("success").result(timeout=30)
     return seen, path

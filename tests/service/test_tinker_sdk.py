@@ -172,8 +172,9 @@ def test_bad_input_gets_the_sdks_errors(client):
         model_input=types.ModelInput.from_ints([1, 2]),
         loss_fn_inputs={"target_tokens": [1, 2, 3], "weights": [1.0, 1.0, 1.0]},
     )
-    with pytest.raises(tinker.RequestFailedError, match=r"must be \[2\]"):
+    with pytest.raises(tinker.RequestFailedError, match=r"must be \[2\]") as failed:
         training.forward_backward([short], "cross_entropy").result()
+    assert failed.value.category == "user"  # the client's to fix, not the server's
     with pytest.raises(tinker.RequestFailedError, match="is not served"):
         training.forward_backward([datum()], "dro").result()
     outside = datum([1, 2, 10**6])

@@ -21,7 +21,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
-from ascent.service.wire import WireError
+from ascent.errors import UserError
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Outcome:
 
 
 def failure(error: BaseException) -> Outcome:
-    category = "user" if isinstance(error, (WireError, KeyError, ValueError)) else "server"
+    category = "user" if isinstance(error, (UserError, KeyError, ValueError)) else "server"
     message = str(error) if not isinstance(error, KeyError) else f"missing {error}"
     return Outcome("error", {"error": f"{type(error).__name__}: {message}", "category": category})
 

@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ascent.errors import InputError
+
 
 def protos() -> ModuleType:
     """The SDK's generated protobuf module; a clear error without the ``tinker`` extra."""
@@ -34,8 +36,9 @@ def protos() -> ModuleType:
     return tinker_public_pb2
 
 
-class WireError(ValueError):
-    """A request the client must fix (answered as the SDK's user error)."""
+class WireError(InputError):
+    """A request the client must fix (answered as the SDK's user error; raised in a worker,
+    it reaches the driver as a ``WorkerInputError``, a user error too)."""
 
 
 @dataclass(frozen=True)

@@ -48,3 +48,13 @@ def test_the_service_losses_are_ascents(name, config, ascent, params):
     (theirs_grad,) = torch.autograd.grad(theirs, lp)
     torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(ours_grad, theirs_grad, rtol=1e-6, atol=1e-6)
+
+
+def test_a_loss_config_that_is_not_numbers_is_refused_by_name():
+    from ascent.service.losses import numeric_config
+    from ascent.service.wire import WireError
+
+    assert numeric_config({"clip_low_threshold": 1}) == {"clip_low_threshold": 1.0}
+    assert numeric_config(None) == {}
+    with pytest.raises(WireError, match=r"loss_fn_config\['clip_high_threshold'\] = 'wide'"):
+        numeric_config({"clip_high_threshold": "wide"})

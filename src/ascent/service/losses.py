@@ -66,6 +66,18 @@ LOSSES: dict[str, tuple[Loss, tuple[str, ...]]] = {
 }
 
 
+def numeric_config(config: dict | None) -> dict[str, float]:
+    """``loss_fn_config`` as numbers, checked before any rank computes (a rank that failed
+    alone would leave the others waiting in a collective)."""
+    numbers = {}
+    for key, value in (config or {}).items():
+        try:
+            numbers[key] = float(value)
+        except (TypeError, ValueError):
+            raise WireError(f"loss_fn_config[{key!r}] = {value!r} is not a number") from None
+    return numbers
+
+
 def loss_of(name: str) -> tuple[Loss, tuple[str, ...]]:
     """The loss ``name`` and the inputs it needs; ``WireError`` for one not served."""
     if name not in LOSSES:

@@ -31,7 +31,7 @@ from ascent.engine.token_budget import spread_rows, synchronized_micro_batches
 from ascent.models.loading import load_causal_lm
 from ascent.models.lora import apply_lora
 from ascent.service.config import TrainingSettings
-from ascent.service.losses import loss_of
+from ascent.service.losses import loss_of, numeric_config
 from ascent.service.wire import Datum, WireError
 
 # Module names (as peft matches them: by suffix) of the Tinker LoRA config's switches. Not
@@ -152,6 +152,7 @@ class TinkerModelWorker(Worker):
         """This rank's datums' target log-probs and loss sum; with ``forward_only`` no
         gradient (module docstring)."""
         loss, needs = loss_of(loss_fn)
+        config = numeric_config(config)
         for index, datum in enumerate(data):
             self._check(datum, index, needs)
         self.engine.train(not forward_only)

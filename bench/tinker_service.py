@@ -8,9 +8,11 @@ A step is what the cookbook's ``sl_loop`` does per batch: ``forward_backward`` o
 (AdamW), LoRA of rank 8. Both paths run ``--repeats`` steps after one warm-up step; the
 table has the median step time, tokens/s and the service's time over the direct one. The
 server and this process each use ``--threads`` torch threads (the server's compute is its
-own process; the client mostly waits).
+own process; the client mostly waits). With ``--ranks N`` both paths train the model on N
+ranks over Ray (``resources.devices_per_node=N``), each rank with ``--threads / N`` threads.
 
     python bench/tinker_service.py                      # a 4-layer model of width 256
+    python bench/tinker_service.py --ranks 2
     python bench/tinker_service.py --model DIR --json results/tinker_service.json
 """
 
@@ -25,9 +27,10 @@ from pathlib import Path
 
 import torch
 
-from ascent.controller import ResourcePool, spawn_group
+from ascent.controller import spawn_group
 from ascent.models.tiny import build_tiny_model
 from ascent.rollout.server_process import ServerProcess, free_port
+from ascent.service.main import load_service_config
 from ascent.service.model_worker import TinkerModelWorker
 from ascent.service.wire import Datum
 
@@ -40,12 +43,21 @@ def batch(vocab: int, size: int, tokens: int, seed: int = 0) -> list[list[int]]:
     return torch.randint(3, vocab, (size, tokens + 1), generator=generator).tolist()
 
 
-def direct(model_dir: str, rows: list[list[int]], repeats: int) -> list[float]:
+def ranks_settings(ranks: int, threads: int) -> list[str]:
+    """The service config's overrides for ``ranks`` ranks sharing ``threads`` cores."""
+    cpus = max(threads // ranks, 1)
+    return [f"resources.devices_per_node={ranks}", f"resources.cpus_per_worker={cpus}"]
+
+
+def direct(model_dir: str, rows: list[list[int]], repeats: int, settings: list[str]) -> list[float]:
+    """The service's model worker, spawned as the service spawns it (in this process for
+    one rank, over Ray for more), called without HTTP."""
+    config = load_service_config(model_dir, settings)
     group = spawn_group(
         TinkerModelWorker,
-        ResourcePool(),
-        args=({"path": model_dir, "lora": LORA},),
-        backend="in-process",
+        config.resources.pool(),
+        args=(config.model, config.training, LORA),
+        backend=config.resources.backend,
     )
     data = [
         Datum(
@@ -61,18 +73,22 @@ def direct(model_dir: str, rows: list[list[int]], repeats: int) -> list[float]:
         group.optim_step(ADAM | {"grad_clip_norm": 0.0})
         times.append(time.perf_counter() - began)
     group.shutdown()
+    if config.resources.world_size > 1:
+        import ray
+
+        ray.shutdown()  # before the service's turn: its ranks need the cores
     return times[1:]
 
 
 def through_service(
-    model_dir: str, rows: list[list[int]], repeats: int, threads: int
+    model_dir: str, rows: list[list[int]], repeats: int, threads: int, settings: list[str]
 ) -> list[float]:
     import tinker
     from tinker import types
 
     port = free_port()
     log = Path(tempfile.mkdtemp()) / "service.log"
-    command = [sys.executable, "-m", "ascent", "service", model_dir, "--name", "bench"]
+    command = [sys.executable, "-m", "ascent", "service", model_dir, *settings, "--name", "bench"]
     command += ["--port", str(port), "--root", str(log.parent / "checkpoints")]
     env = {"TINKER_TELEMETRY": "0", "OMP_NUM_THREADS": str(threads)}
     server = ServerProcess(command, port, log, env)
@@ -106,6 +122,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--ranks", type=int, default=1, help="ranks of the trained model")
     parser.add_argument("--json", type=str, default=None)
     args = parser.parse_args()
     os.environ["TINKER_TELEMETRY"] = "0"
@@ -116,10 +133,11 @@ def main() -> None:
         )
         vocab = json.loads((Path(model_dir) / "config.json").read_text())["vocab_size"]
         rows = batch(vocab, args.batch, args.tokens)
+        settings = ranks_settings(args.ranks, args.threads) if args.ranks > 1 else []
         times = {
-            "ascent engine, direct": direct(model_dir, rows, args.repeats),
+            "ascent engine, direct": direct(model_dir, rows, args.repeats, settings),
             "ascent service + tinker SDK": through_service(
-                model_dir, rows, args.repeats, args.threads
+                model_dir, rows, args.repeats, args.threads, settings
             ),
         }
     tokens = args.batch * args.tokens
@@ -128,9 +146,20 @@ def main() -> None:
     print(f"\n{'path':<30}{'step s (median)':>17}{'tokens/s':>10}{'x direct':>10}")
     for path, steps in times.items():
         median = statistics.median(steps)
-        results.append({"path": path, "step_s": median, "steps_s": steps, "tokens": tokens})
+        results.append(
+            {
+                "path": path,
+                "step_s": median,
+                "steps_s": steps,
+                "tokens": tokens,
+                "ranks": args.ranks,
+            }
+        )
         print(f"{path:<30}{median:>17.3f}{tokens / median:>10.0f}{median / base:>10.2f}")
-    print(f"{args.batch} datums x {args.tokens} tokens, LoRA rank 8, {args.threads} threads")
+    print(
+        f"{args.batch} datums x {args.tokens} tokens, LoRA rank 8, {args.ranks} rank(s), "
+        f"{args.threads} threads"
+    )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -95,3 +95,19 @@ def test_a_silent_session_is_ended_while_the_server_runs(tiny_model):
 
     asyncio.run(run())
     assert silent in state.sessions.finished and beating not in state.sessions.finished
+
+
+def test_the_lora_switches_choose_the_adapted_modules(tiny_model, tiny_tied_model):
+    from ascent.models import load_causal_lm
+    from ascent.service.lora_config import lora_settings
+    from ascent.service.wire import WireError
+
+    untied, tied = load_causal_lm(tiny_model), load_causal_lm(tiny_tied_model)
+    every = lora_settings({"rank": 4}, 32.0, untied)  # the SDK's switches default to on
+    assert "lm_head" in every.target_modules and "q_proj" in every.target_modules
+    assert every.alpha == 32.0 and every.rank == 4
+    assert "lm_head" not in lora_settings({"rank": 4}, 32.0, tied).target_modules
+    head_only = lora_settings({"rank": 4, "train_attn": False, "train_mlp": False}, 8.0, untied)
+    assert head_only.target_modules == ["lm_head"]
+    with pytest.raises(WireError, match="trains nothing"):
+        lora_settings({"rank": 4, "train_attn": False, "train_mlp": False}, 8.0, tied)

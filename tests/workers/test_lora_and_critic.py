@@ -85,3 +85,31 @@ def test_critic_value_clip_bounds_the_move(tiny_model):
         metrics = critic.update(batch.assign(values=values, returns=far))[0]
     assert metrics["critic/vf_clipfrac"] == 0.0  # the unclipped error is larger everywhere
     assert metrics["critic/vf_loss"] > 40  # 0.5 * 10^2
+
+
+def test_lora_on_the_output_head_is_scored_and_trained_through_the_chunked_head(tiny_model):
+    """The log-prob head reads the head's weight in chunks: with adapters on the head it
+    scores with W + (alpha / r) B A, as the adapted model's own forward does."""
+    from ascent.engine.config import LoraSettings
+    from ascent.engine.modules import PolicyModule
+    from ascent.models.lora import apply_lora
+
+    settings = LoraSettings(rank=4, alpha=8, target_modules=["lm_head", "q_proj"])
+    model = apply_lora(load_causal_lm(tiny_model), settings, seed=3)
+    head = model.get_output_embeddings()
+    with torch.no_grad():
+        head.lora_B["default"].weight.normal_(0, 0.5)  # peft starts B at 0: no effect yet
+    ids = torch.tensor([[5, 17, 42, 99, 7, 13, 21, 8]])
+    positions = torch.arange(8).unsqueeze(0)
+    targets = torch.tensor([17, 42, 99, 7, 13, 21, 8, 3])
+    module = PolicyModule(model, chunk_tokens=3)
+    log_probs, _ = module(ids, position_ids=positions, query_index=torch.arange(8), targets=targets)
+    logits = model(input_ids=ids, position_ids=positions).logits[0].float()
+    expected = torch.log_softmax(logits, dim=-1).gather(1, targets[:, None])[:, 0]
+    torch.testing.assert_close(log_probs, expected, atol=1e-5, rtol=0)
+    with model.disable_adapter():
+        plain, _ = module(ids, position_ids=positions, query_index=torch.arange(8), targets=targets)
+    assert (plain - log_probs).abs().max() > 1e-3  # the head's adapter counts
+    log_probs.sum().backward()
+    assert head.lora_A["default"].weight.grad.abs().sum() > 0
+    assert head.lora_B["default"].weight.grad.abs().sum() > 0

@@ -47,6 +47,24 @@ def embedded(model: nn.Module, extra_inputs: Any, input_ids: Tensor, inputs: dic
     return extra_inputs.embed(model, input_ids, inputs)
 
 
+def head_weight(head: nn.Module) -> tuple[Tensor, Tensor | None]:
+    """The output head's weight (V, H) and bias as its forward applies them. With LoRA
+    adapters on the head (peft's ``lora.Linear``: ``base_layer``, ``lora_A``, ``lora_B``)
+    that is W + (alpha / r) B A summed over the active adapters: the chunked scorers read
+    the weight, not the module's forward, so the adapters train only through this."""
+    base = getattr(head, "base_layer", None)
+    if base is None or not hasattr(head, "lora_A"):
+        return head.weight, head.bias
+    if head.merged or head.disable_adapters:  # merged into W, or off (the reference policy)
+        return base.weight, base.bias
+    weight = base.weight
+    for adapter in head.active_adapters:
+        if adapter in head.lora_A:
+            delta = head.lora_B[adapter].weight @ head.lora_A[adapter].weight  # (V, r) (r, H)
+            weight = weight + head.scaling[adapter] * delta
+    return weight, base.bias
+
+
 def score_targets(
     lm: nn.Module,
     hidden: Tensor,
@@ -60,17 +78,17 @@ def score_targets(
     first where the model caps them); a head split by vocabulary over tensor ranks is
     scored split. Called inside the forward of the module owning the head (FSDP2 gathers
     its weight there)."""
-    head = lm.get_output_embeddings()
+    weight, bias = head_weight(lm.get_output_embeddings())
     score = (  # tensor parallelism: each rank holds rows of the vocabulary
         token_log_probs_and_entropy_from_hidden
-        if vocabulary_split(head.weight) is None
+        if vocabulary_split(weight) is None
         else vocab_parallel_log_probs_and_entropy
     )
     return score(
         hidden,
-        head.weight,
+        weight,
         targets,
-        bias=head.bias,
+        bias=bias,
         temperature=temperature,
         chunk_tokens=chunk_tokens,
         compute_entropy=compute_entropy,
@@ -179,13 +197,13 @@ class TeacherModule(PolicyModule):
         hidden = self.query_hidden(
             input_ids, position_ids, query_index, attention_mask, model_inputs
         )
-        head = lm.get_output_embeddings()
+        weight, bias = head_weight(lm.get_output_embeddings())
         return top_log_probs_from_hidden(
             hidden,
-            head.weight,
+            weight,
             targets,
             self.top_k,
-            bias=head.bias,
+            bias=bias,
             temperature=temperature,
             chunk_tokens=self.chunk_tokens,
             softcap=logit_softcap(lm),

@@ -9,8 +9,15 @@ from ascent.engine.config import LoraSettings
 ADAPTER_SEED = 0
 
 
-def apply_lora(model: nn.Module, settings: LoraSettings, *, train_heads: bool = False) -> nn.Module:
+def apply_lora(
+    model: nn.Module,
+    settings: LoraSettings,
+    *,
+    train_heads: bool = False,
+    seed: int = ADAPTER_SEED,
+) -> nn.Module:
     """``model`` wrapped by peft with LoRA on ``settings.target_modules``; base weights frozen.
+    The adapters' random initialisation draws from ``seed``.
 
     ``train_heads``: the modules outside the backbone (a reward model's fresh score head)
     train in full beside the adapters. They keep their own names (no peft wrapper around
@@ -30,7 +37,7 @@ def apply_lora(model: nn.Module, settings: LoraSettings, *, train_heads: bool = 
     # The adapters' random initialisation from a fixed seed: every rank of a sharded model
     # must start from the same adapters, whatever else drew random numbers before.
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(ADAPTER_SEED)
+        torch.manual_seed(seed)
         wrapped = get_peft_model(model, config)
     if train_heads:
         for name in heads(model):

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ascent.controller import Dispatch, Worker, register
-from ascent.engine.config import LoraSettings, ModelConfig
+from ascent.engine.config import ModelConfig
 from ascent.engine.export import export_hf
 from ascent.engine.fsdp import TrainEngine
 from ascent.engine.modules import PolicyModule
@@ -31,16 +31,10 @@ from ascent.engine.token_budget import spread_rows, synchronized_micro_batches
 from ascent.models.loading import load_causal_lm
 from ascent.models.lora import apply_lora
 from ascent.service.config import TrainingSettings
+from ascent.service.lora_config import lora_settings
 from ascent.service.losses import loss_of, numeric_config
 from ascent.service.wire import Datum, WireError
 
-# Module names (as peft matches them: by suffix) of the Tinker LoRA config's switches. Not
-# ``train_unembed``: ascent's log-prob head scores hidden states against the head's weight in
-# chunks, so an adapter on the head would not take part; the head keeps its weights.
-LORA_TARGETS = {
-    "train_attn": ("q_proj", "k_proj", "v_proj", "o_proj"),
-    "train_mlp": ("gate_proj", "up_proj", "down_proj"),
-}
 # A filler pass (a rank with no datum left for a micro-batch the others run): one token.
 FILLER = Datum(
     torch.zeros(1, dtype=torch.long), {"target_tokens": torch.zeros(1, dtype=torch.long)}
@@ -69,18 +63,6 @@ def merge_outputs(parts: list[RankOutputs], count: int) -> tuple[list[Tensor], d
     return outputs, {"loss:sum": sum(part.loss_sum for part in parts)}
 
 
-def lora_settings(lora: dict, alpha: float) -> LoraSettings:
-    """The create_model request's ``lora_config`` (rank, train_attn / train_mlp) as peft's."""
-    targets = [
-        name for switch, names in LORA_TARGETS.items() if lora.get(switch, True) for name in names
-    ]
-    if not targets:
-        raise WireError(
-            "lora_config trains nothing: set train_attn or train_mlp (the head has none)"
-        )
-    return LoraSettings(rank=lora["rank"], alpha=alpha, target_modules=targets)
-
-
 class TinkerModelWorker(Worker):
     """``forward_backward``, ``optim_step``, ``save_state`` / ``load_state`` of one model.
 
@@ -95,10 +77,9 @@ class TinkerModelWorker(Worker):
             attn_implementation=model.attn_implementation,
         )
         self.vocab = network.get_output_embeddings().weight.shape[0]
-        if lora is not None:
-            settings = lora_settings(lora, training.lora_alpha)
-            torch.manual_seed(lora.get("seed") or 0)  # the adapters' initialisation, every rank
-            network = apply_lora(network, settings)
+        if lora is not None:  # the same adapters on every rank, from the client's seed
+            settings = lora_settings(lora, training.lora_alpha, network)
+            network = apply_lora(network, settings, seed=lora.get("seed") or 0)
         self.budget = training.tokens_per_micro_batch
         self.engine = TrainEngine(
             PolicyModule(network, chunk_tokens=training.chunk_tokens),

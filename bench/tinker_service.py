@@ -30,7 +30,7 @@ import torch
 from ascent.controller import spawn_group
 from ascent.models.tiny import build_tiny_model
 from ascent.rollout.server_process import ServerProcess, free_port
-from ascent.service.main import load_service_config
+from ascent.service.config import load_service_config
 from ascent.service.model_worker import TinkerModelWorker
 from ascent.service.wire import Datum
 

@@ -163,7 +163,8 @@ def _run(args: argparse.Namespace) -> int:
             admin_token=args.admin_token,
         )
     if args.command == "service":
-        from ascent.service.main import load_service_config, run_service
+        from ascent.service.config import load_service_config
+        from ascent.service.main import run_service
 
         config = load_service_config(args.source, args.overrides)
         flags = {key: getattr(args, key) for key in ("name", "root", "host", "port")}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ascent.config import ConfigError
-from ascent.service.main import load_service_config
+from ascent.service.config import load_service_config
 from ascent.service.model_worker import RankOutputs, merge_outputs
 from ascent.service.sessions import SessionFinished, Sessions
 

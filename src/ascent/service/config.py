@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from ascent.config import load_config
 from ascent.engine.config import FSDPConfig, ModelConfig, OptimConfig, Strict
 from ascent.rollout.engine_settings import EngineLimits
 from ascent.workers.resources import ResourcesConfig
@@ -113,10 +114,9 @@ class ServiceConfig(Strict):
         return own or self.model.path
 
 
-def service_config_source(source: str) -> tuple[str | None, list[str]]:
-    """``ascent service SOURCE``: a YAML config file, or a checkpoint directory (the same as
-    a config of ``model.path`` alone) -> (config file or None, overrides to add first)."""
-    path = Path(source)
-    if path.is_dir():
-        return None, [f"model.path={source}"]
-    return source, []
+def load_service_config(source: str, overrides: list[str]) -> ServiceConfig:
+    """``ascent service SOURCE key=value ...``: SOURCE is a YAML config file, or a checkpoint
+    directory (the same as a config of ``model.path`` alone); the overrides come after."""
+    if Path(source).is_dir():
+        return load_config(ServiceConfig, None, [f"model.path={source}", *overrides])
+    return load_config(ServiceConfig, source, overrides)

@@ -3,16 +3,9 @@ of ``ascent.service.config``; SOURCE is a YAML config or the base checkpoint's d
 
 from pathlib import Path
 
-from ascent.config import load_config
 from ascent.controller.group import resolve_backend
 from ascent.controller.ray_backend import ensure_ray
-from ascent.service.config import ServiceConfig, service_config_source
-
-
-def load_service_config(source: str, overrides: list[str]) -> ServiceConfig:
-    """The service's config from SOURCE and dotted overrides (``service_config_source``)."""
-    path, first = service_config_source(source)
-    return load_config(ServiceConfig, path, [*first, *overrides])
+from ascent.service.config import ServiceConfig
 
 
 def run_service(config: ServiceConfig) -> int:

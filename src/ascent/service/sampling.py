@@ -31,6 +31,7 @@ from ascent.rollout.engine_settings import EngineLimits, EngineSettings
 from ascent.rollout.native_backend import NativeBackend
 from ascent.rollout.types import SamplingParams
 from ascent.service.config import SamplingSettings
+from ascent.service.sessions import session_of
 from ascent.service.wire import WireError, protos
 
 
@@ -105,7 +106,7 @@ class Samplers:
     def forget(self, client_session: str) -> None:
         """Drop the sampling sessions a client session opened (it ended), and the engines
         no session uses any more."""
-        for session_id in [s for s in self.sessions if s.split(":", 1)[0] == client_session]:
+        for session_id in [s for s in self.sessions if session_of(s) == client_session]:
             if not self.busy[session_id]:  # one still sampling keeps its engine
                 del self.sessions[session_id]
         used = {s.weights for s in self.sessions.values()}

@@ -7,9 +7,8 @@ more: over Ray, a process per rank), its engine from ``training``.
 
 Ids are the SDK's: a session ``sess-<start>-<n>`` (``ascent.service.sessions``); a model
 ``<session>:train:<n>`` (the client derives it itself when it resumes from a checkpoint); a
-checkpoint
-``tinker://<model>/weights/<name>`` (training state) or ``.../sampler_weights/<name>``
-(merged weights), stored at ``root/<model>/weights/<name>``.
+checkpoint ``tinker://<model>/weights/<name>`` (training state) or
+``.../sampler_weights/<name>`` (merged weights), stored at ``root/<model>/weights/<name>``.
 """
 
 import asyncio
@@ -69,12 +68,19 @@ class ServiceState:
 
     def __post_init__(self) -> None:
         self.base_models = {self.config.served_name(): self.config.model.path}
-        self.root = Path(self.config.root)
-        self.poll_s = self.config.poll_s
         self.sessions = Sessions(self.config.session_timeout_s)
         self.samplers = Samplers(
             self.config.sampling, self.config.model, self.config.resources.device
         )
+
+    @property
+    def root(self) -> Path:
+        """Where checkpoints are written (``config.root``)."""
+        return Path(self.config.root)
+
+    @property
+    def poll_s(self) -> float:
+        return self.config.poll_s
 
     async def end_session(self, session_id: str) -> None:
         """Free what ``session_id`` held (``ascent.service.sessions``); its calls already
